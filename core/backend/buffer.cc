@@ -1,0 +1,45 @@
+#include "core/backend/buffer.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace estuary {
+
+std::string Device::ToString() const {
+  return kind == DeviceKind::kCpu ? std::string("cpu") : absl::StrCat("cuda:", ordinal);
+}
+
+Buffer Buffer::AllocateHost(size_t size) {
+  constexpr size_t kAlignment = 64;
+  const size_t rounded = ((size == 0 ? 1 : size) + kAlignment - 1) / kAlignment * kAlignment;
+  void* data = std::aligned_alloc(kAlignment, rounded);
+  if (data == nullptr) return Buffer();
+  std::memset(data, 0, rounded);
+  return Buffer(data, size, Device::Cpu(), MemoryKind::kHost, [](void* p) { std::free(p); });
+}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    data_ = other.data_;
+    size_ = other.size_;
+    device_ = other.device_;
+    kind_ = other.kind_;
+    release_ = std::move(other.release_);
+    other.data_ = nullptr;
+    other.size_ = 0;
+    other.release_ = nullptr;
+  }
+  return *this;
+}
+
+void Buffer::Reset() {
+  if (data_ != nullptr && release_) release_(data_);
+  data_ = nullptr;
+  size_ = 0;
+  release_ = nullptr;
+}
+
+}  // namespace estuary

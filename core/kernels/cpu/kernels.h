@@ -1,0 +1,61 @@
+#pragma once
+// CPU kernels of the Llama forward pass. Activations are f32; weights are f32, bf16 or f16
+// Tensors laid out [out][in] row-major; accumulation is always f32.
+// Thread-safety: kernels are pure functions of their arguments. Multi-threading inside a kernel
+// (GEMM through OpenBLAS) is set once per process with SetCpuThreads().
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "core/model/llama_config.h"
+#include "core/tensor/tensor.h"
+
+namespace estuary::kernels::cpu {
+
+// Number of threads the GEMM library may use (0: the library's default).
+void SetCpuThreads(int threads);
+
+// y[t][o] = sum_i x[t][i] * W[o][i] for t < n_tokens. `weight` is [out][in] in f32/bf16/f16.
+// n_tokens == 1 runs the SIMD GEMV (runtime-dispatched: AVX2, AVX-512, ...); larger batches run
+// a GEMM through OpenBLAS (bf16/f16 weights are widened to f32 a panel at a time).
+// INVALID_ARGUMENT when shapes or dtypes do not fit.
+absl::Status MatMul(const Tensor& weight, const float* x, int64_t n_tokens, float* y);
+
+// The decode GEMV over bf16 weights: y[o] = sum_i w[o*cols + i] * x[i]. Highway dynamic dispatch.
+void GemvBf16(const uint16_t* w, const float* x, int64_t rows, int64_t cols, float* y);
+// Same over f32 weights.
+void GemvF32(const float* w, const float* x, int64_t rows, int64_t cols, float* y);
+// Name of the SIMD target GemvBf16 dispatches to on this machine ("AVX3", "AVX2", ...).
+const char* GemvTargetName();
+
+// out[t] = x[t] / rms(x[t]) * weight, rms over `dim` with epsilon `eps`; weight f32/bf16/f16.
+void RmsNorm(const float* x, const Tensor& weight, int64_t n_tokens, int64_t dim, float eps,
+             float* out);
+
+// Per-dimension-pair inverse frequencies for one head, with Llama 3 scaling when enabled.
+std::vector<float> RopeInverseFrequencies(int head_dim, float theta, const RopeScaling& scaling);
+// Rotates `n_heads` heads of `head_dim` in place for position `pos`.
+// kInterleaved rotates (2i, 2i+1); kHalves rotates (i, i + head_dim/2).
+void ApplyRope(float* x, int n_heads, int head_dim, int pos, absl::Span<const float> inv_freq,
+               RopeStyle style);
+
+// out[i] = silu(gate[i]) * up[i].
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
+
+// Numerically stable softmax in place.
+void Softmax(float* x, int64_t n);
+
+// Causal grouped-query attention for `n_queries` consecutive positions starting at `start_pos`,
+// against a contiguous cache holding positions [0, start_pos + n_queries):
+//   q:   [n_queries][n_heads][head_dim]
+//   k,v: [position][n_kv_heads][head_dim]   (position stride = n_kv_heads * head_dim)
+//   out: [n_queries][n_heads][head_dim]
+// Query t attends to positions [0, start_pos + t]. Scale 1/sqrt(head_dim).
+void CausalAttention(const float* q, int n_queries, int start_pos, const float* k, const float* v,
+                     int n_heads, int n_kv_heads, int head_dim, float* out);
+
+// out[t] = table[ids[t]] as f32. INVALID_ARGUMENT for an id outside the table.
+absl::Status Embedding(const Tensor& table, absl::Span<const int32_t> ids, float* out);
+
+}  // namespace estuary::kernels::cpu
