@@ -9,6 +9,10 @@ function(estuary_apply_flags target)
     target_compile_options(${target} PRIVATE -fsanitize=${ESTUARY_SANITIZE} -fno-omit-frame-pointer)
     target_link_options(${target} PRIVATE -fsanitize=${ESTUARY_SANITIZE})
   endif()
+  if(ESTUARY_FUZZ)
+    # Coverage instrumentation for libFuzzer in the libraries under test.
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
+  endif()
 endfunction()
 
 # estuary_cc_library(NAME name SRCS ... DEPS ... [PUBLIC_DEFS ...])
