@@ -35,7 +35,7 @@ endfunction()
 # so that relative paths such as ../shared/models resolve as in CI.
 function(estuary_cc_test)
   cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
-  if(NOT ESTUARY_TESTS)
+  if(NOT ESTUARY_TESTS OR ESTUARY_FUZZ)
     return()
   endif()
   set(target ${ARG_NAME})

@@ -2,6 +2,7 @@
 // Tokenizer interface shared by the llama2.c tokenizer and tokenizer.json BPE (both flavours).
 // Implementations are immutable after loading and safe to use from many threads.
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,6 +13,10 @@
 #include "absl/types/span.h"
 
 namespace estuary {
+
+// Longest text Tokenizer::Encode accepts, in bytes. The serving layer bounds prompts far below
+// this; the limit only keeps a stray caller from making the encoder allocate gigabytes.
+inline constexpr size_t kMaxEncodeTextBytes = 16 << 20;
 
 class Tokenizer {
  public:
@@ -24,7 +29,8 @@ class Tokenizer {
   virtual std::vector<int32_t> eos_ids() const = 0;
 
   // Encodes `text`, prepending BOS when `add_bos` and the tokenizer has one. Fails only on
-  // input the tokenizer cannot represent or that exceeds its size limits.
+  // input the tokenizer cannot represent or that exceeds its size limits (kMaxEncodeTextBytes,
+  // regex match limits of an untrusted tokenizer.json).
   virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
                                                       bool add_bos) const = 0;
 

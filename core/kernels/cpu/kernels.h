@@ -5,6 +5,7 @@
 // (GEMM through OpenBLAS) is set once per process with SetCpuThreads().
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -17,15 +18,19 @@ namespace estuary::kernels::cpu {
 void SetCpuThreads(int threads);
 
 // y[t][o] = sum_i x[t][i] * W[o][i] for t < n_tokens. `weight` is [out][in] in f32/bf16/f16.
-// n_tokens == 1 runs the SIMD GEMV (runtime-dispatched: AVX2, AVX-512, ...); larger batches run
-// a GEMM through OpenBLAS (bf16/f16 weights are widened to f32 a panel at a time).
-// INVALID_ARGUMENT when shapes or dtypes do not fit.
-absl::Status MatMul(const Tensor& weight, const float* x, int64_t n_tokens, float* y);
+// Up to 8 tokens run the SIMD GEMV once per token (runtime-dispatched: AVX2, AVX-512, ...);
+// larger batches run a GEMM through OpenBLAS (bf16/f16 weights are widened to f32 a panel at a
+// time), whose per-call packing of the weight costs more than it saves for a few tokens.
+// INVALID_ARGUMENT when shapes or dtypes do not fit (weight must be a rank-2 host tensor).
+[[nodiscard]] absl::Status MatMul(const Tensor& weight, const float* x, int64_t n_tokens,
+                                  float* y);
 
 // The decode GEMV over bf16 weights: y[o] = sum_i w[o*cols + i] * x[i]. Highway dynamic dispatch.
 void GemvBf16(const uint16_t* w, const float* x, int64_t rows, int64_t cols, float* y);
 // Same over f32 weights.
 void GemvF32(const float* w, const float* x, int64_t rows, int64_t cols, float* y);
+// Same over IEEE f16 weights (raw bits; F16C conversion where the target has it).
+void GemvF16(const uint16_t* w, const float* x, int64_t rows, int64_t cols, float* y);
 // Name of the SIMD target GemvBf16 dispatches to on this machine ("AVX3", "AVX2", ...).
 const char* GemvTargetName();
 
@@ -40,7 +45,7 @@ std::vector<float> RopeInverseFrequencies(int head_dim, float theta, const RopeS
 void ApplyRope(float* x, int n_heads, int head_dim, int pos, absl::Span<const float> inv_freq,
                RopeStyle style);
 
-// out[i] = silu(gate[i]) * up[i].
+// out[i] = silu(gate[i]) * up[i]. `out` may be `gate` or `up` (in place).
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 
 // Numerically stable softmax in place.
@@ -56,6 +61,7 @@ void CausalAttention(const float* q, int n_queries, int start_pos, const float* 
                      int n_heads, int n_kv_heads, int head_dim, float* out);
 
 // out[t] = table[ids[t]] as f32. INVALID_ARGUMENT for an id outside the table.
-absl::Status Embedding(const Tensor& table, absl::Span<const int32_t> ids, float* out);
+[[nodiscard]] absl::Status Embedding(const Tensor& table, absl::Span<const int32_t> ids,
+                                     float* out);
 
 }  // namespace estuary::kernels::cpu

@@ -1,0 +1,314 @@
+// gemv_benchmark: single-threaded decode GEMV (bf16 weights) against the machine's plain
+// streaming-read bandwidth, measured in the same run.
+//
+// The decode step of a small model is a chain of GEMVs that read every weight once, so the best
+// a GEMV can do is the rate at which one core streams memory. This binary measures
+//   stream_read:  a SIMD integer sum over one large buffer (default 1 GiB, far beyond L3);
+//   gemv_bf16/*:  kernels::cpu::GemvBf16 at the Llama-3.2-1B decode shapes, cycling through as
+//                 many distinct weight matrices as fit in the same buffer, so reads come from DRAM;
+// and prints a table of GB/s (weight bytes per second, 1 GB = 1e9 bytes) and the ratio to
+// stream_read.
+//
+// Usage: gemv_benchmark [--json] [--pool_mib=N] [--benchmark_* flags]
+//   By default every benchmark runs 5 times in random order; the table shows the median GB/s
+//   and its ratio to the median stream_read, and the best GB/s and its ratio to the best
+//   stream_read (the least disturbed by other processes).
+//   --json        print the summary as one JSON object on stdout (benchmark output on stderr)
+//   --pool_mib=N  size of the weight / streaming buffer in MiB (default 1024, at least 600 so the
+//                 LM head fits)
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "bench/gemv_benchmark.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// Must follow foreach_target.h.
+#include "hwy/highway.h"
+
+#ifndef ESTUARY_BENCH_GEMV_BENCHMARK_ONCE
+#define ESTUARY_BENCH_GEMV_BENCHMARK_ONCE
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "core/kernels/cpu/kernels.h"
+#include "core/tensor/half_float.h"
+#include "hwy/aligned_allocator.h"
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace estuary::bench {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Sum of the buffer as u32 lanes, four independent accumulators. `bytes` is a multiple of
+// 4 vectors (the pool is sized so).
+uint32_t StreamSumImpl(const uint8_t* HWY_RESTRICT data, size_t bytes) {
+  const hn::ScalableTag<uint32_t> d;
+  const size_t n = hn::Lanes(d);
+  const auto* p = reinterpret_cast<const uint32_t*>(data);
+  const size_t count = bytes / sizeof(uint32_t);
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  for (size_t i = 0; i + 4 * n <= count; i += 4 * n) {
+    a0 = hn::Add(a0, hn::Load(d, p + i));
+    a1 = hn::Add(a1, hn::Load(d, p + i + n));
+    a2 = hn::Add(a2, hn::Load(d, p + i + 2 * n));
+    a3 = hn::Add(a3, hn::Load(d, p + i + 3 * n));
+  }
+  return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace estuary::bench
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace estuary::bench {
+
+HWY_EXPORT(StreamSumImpl);
+
+namespace {
+
+constexpr double kGB = 1e9;
+
+// Weight shapes of one Llama-3.2-1B decode step (rows x cols of W, y = W x).
+struct GemvShape {
+  const char* name;
+  int64_t rows;
+  int64_t cols;
+};
+constexpr GemvShape kShapes[] = {
+    {"q_o", 2048, 2048},        // attention q and o projections
+    {"k_v", 512, 2048},         // k and v projections (8 kv heads x 64)
+    {"gate_up", 8192, 2048},    // MLP gate and up
+    {"down", 2048, 8192},       // MLP down
+    {"lm_head", 128256, 2048},  // tied embedding as the LM head
+};
+
+// The one large buffer: streamed by stream_read and carved into weight matrices by the GEMVs.
+// Owned by main() for the whole run.
+struct Pool {
+  hwy::AlignedFreeUniquePtr<uint16_t[]> data;
+  size_t bytes = 0;
+};
+Pool* g_pool = nullptr;
+
+void FillPool(Pool& pool) {
+  // bf16 values of magnitude [0.5, 1) with random signs: no denormals, no NaN.
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  const size_t n = pool.bytes / sizeof(uint16_t);
+  uint16_t* p = pool.data.get();
+  for (size_t i = 0; i < n; ++i) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    // sign | exponent of 0.5 (126) | 7 random mantissa bits
+    p[i] = static_cast<uint16_t>(((state >> 8) & 0x8000u) | (126u << 7) | (state & 0x7Fu));
+  }
+}
+
+void BM_StreamRead(benchmark::State& state) {
+  const auto* data = reinterpret_cast<const uint8_t*>(g_pool->data.get());
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(HWY_DYNAMIC_DISPATCH(StreamSumImpl)(data, g_pool->bytes));
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(g_pool->bytes));
+}
+
+void BM_GemvBf16(benchmark::State& state, GemvShape shape) {
+  const size_t matrix_elems = static_cast<size_t>(shape.rows * shape.cols);
+  const size_t n_matrices = std::max<size_t>(1, g_pool->bytes / (matrix_elems * 2));
+  std::vector<float> x(static_cast<size_t>(shape.cols));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+  std::vector<float> y(static_cast<size_t>(shape.rows));
+  size_t next = 0;
+  for (auto _ : state) {
+    const uint16_t* w = g_pool->data.get() + next * matrix_elems;
+    kernels::cpu::GemvBf16(w, x.data(), shape.rows, shape.cols, y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    next = next + 1 == n_matrices ? 0 : next + 1;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(matrix_elems * 2));
+  state.counters["matrices"] = static_cast<double>(n_matrices);
+}
+
+// Forwards to the display reporter and keeps every iteration run's bytes_per_second.
+class CapturingReporter : public benchmark::BenchmarkReporter {
+ public:
+  explicit CapturingReporter(std::unique_ptr<benchmark::BenchmarkReporter> inner)
+      : inner_(std::move(inner)) {}
+
+  bool ReportContext(const Context& context) override { return inner_->ReportContext(context); }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
+      const auto it = run.counters.find("bytes_per_second");
+      if (it != run.counters.end()) rates_[run.run_name.function_name].push_back(it->second.value);
+    }
+    inner_->ReportRuns(runs);
+  }
+  void Finalize() override { inner_->Finalize(); }
+
+  // Smallest and largest bytes/s over the repetitions of `name` (0 when it did not run).
+  double MinRate(const std::string& name) const {
+    const auto it = rates_.find(name);
+    return it == rates_.end() ? 0.0 : *std::min_element(it->second.begin(), it->second.end());
+  }
+  double MaxRate(const std::string& name) const {
+    const auto it = rates_.find(name);
+    return it == rates_.end() ? 0.0 : *std::max_element(it->second.begin(), it->second.end());
+  }
+  // Median bytes/s over the repetitions of `name`, or 0 when it did not run.
+  double MedianRate(const std::string& name) const {
+    const auto it = rates_.find(name);
+    if (it == rates_.end() || it->second.empty()) return 0.0;
+    std::vector<double> v = it->second;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  }
+  size_t Repetitions(const std::string& name) const {
+    const auto it = rates_.find(name);
+    return it == rates_.end() ? 0 : it->second.size();
+  }
+
+ private:
+  std::unique_ptr<benchmark::BenchmarkReporter> inner_;
+  std::map<std::string, std::vector<double>> rates_;
+};
+
+std::string GemvName(const GemvShape& shape) {
+  return std::string("gemv_bf16/") + shape.name + "/" + std::to_string(shape.rows) + "x" +
+         std::to_string(shape.cols);
+}
+
+void PrintSummary(const CapturingReporter& reporter, bool json) {
+  const double stream = reporter.MedianRate("stream_read");
+  const double stream_best = reporter.MaxRate("stream_read");
+  const std::string target = kernels::cpu::GemvTargetName();
+  if (json) {
+    std::printf(
+        "{\"target\": \"%s\", \"pool_bytes\": %zu, \"stream_read_gbps\": %.3f, "
+        "\"stream_read_best_gbps\": %.3f, \"gemv\": [",
+        target.c_str(), g_pool->bytes, stream / kGB, stream_best / kGB);
+  } else {
+    std::printf("\nGemvBf16 (target %s), single thread, median of %zu repetition(s)\n",
+                target.c_str(), reporter.Repetitions("stream_read"));
+    std::printf("%-34s %10s %8s %10s %8s   %s\n", "shape", "GB/s", "ratio", "best GB/s", "ratio",
+                "GB/s min..max");
+    std::printf("%-34s %10.2f %8.2f %10.2f %8.2f   %.2f..%.2f\n", "stream_read", stream / kGB, 1.0,
+                stream_best / kGB, 1.0, reporter.MinRate("stream_read") / kGB, stream_best / kGB);
+  }
+  bool first = true;
+  for (const GemvShape& shape : kShapes) {
+    const std::string name = GemvName(shape);
+    const double rate = reporter.MedianRate(name);
+    if (rate == 0.0) continue;  // filtered out
+    const double ratio = stream > 0 ? rate / stream : 0.0;
+    if (json) {
+      std::printf(
+          "%s{\"shape\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"gbps\": %.3f, "
+          "\"ratio\": %.4f, \"best_gbps\": %.3f, \"best_ratio\": %.4f}",
+          first ? "" : ", ", shape.name, static_cast<long long>(shape.rows),
+          static_cast<long long>(shape.cols), rate / kGB, ratio, reporter.MaxRate(name) / kGB,
+          stream_best > 0 ? reporter.MaxRate(name) / stream_best : 0.0);
+    } else {
+      const double best = reporter.MaxRate(name);
+      std::printf("%-34s %10.2f %8.2f %10.2f %8.2f   %.2f..%.2f\n", name.c_str(), rate / kGB, ratio,
+                  best / kGB, stream_best > 0 ? best / stream_best : 0.0,
+                  reporter.MinRate(name) / kGB, best / kGB);
+    }
+    first = false;
+  }
+  std::printf(json ? "]}\n" : "\n");
+}
+
+}  // namespace
+}  // namespace estuary::bench
+
+int main(int argc, char** argv) {
+  using namespace estuary::bench;  // NOLINT(build/namespaces)
+  // Our flags first; the rest go to Google Benchmark.
+  bool json = false;
+  size_t pool_mib = 1024;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (std::strncmp(argv[i], "--pool_mib=", 11) == 0) {
+      pool_mib = static_cast<size_t>(std::strtoull(argv[i] + 11, nullptr, 10));
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  if (pool_mib < 600) {
+    std::fprintf(stderr, "--pool_mib must be at least 600 (the LM head is 501 MiB)\n");
+    return 1;
+  }
+  // Defaults, unless given: five repetitions in random order, so that a burst of load from
+  // other processes on a shared machine does not bias one benchmark against the others.
+  std::string repetitions = "--benchmark_repetitions=5";
+  std::string interleave = "--benchmark_enable_random_interleaving=true";
+  const auto has_flag = [&](const char* prefix) {
+    return std::any_of(args.begin(), args.end(), [&](const char* arg) {
+      return std::strncmp(arg, prefix, std::strlen(prefix)) == 0;
+    });
+  };
+  if (!has_flag("--benchmark_repetitions")) args.push_back(repetitions.data());
+  if (!has_flag("--benchmark_enable_random_interleaving")) args.push_back(interleave.data());
+  int bench_argc = static_cast<int>(args.size());
+  benchmark::Initialize(&bench_argc, args.data());
+  if (benchmark::ReportUnrecognizedArguments(bench_argc, args.data())) return 1;
+
+  Pool pool;
+  pool.bytes = pool_mib << 20;
+  pool.data = hwy::AllocateAligned<uint16_t>(pool.bytes / sizeof(uint16_t));
+  if (!pool.data) {
+    std::fprintf(stderr, "cannot allocate %zu MiB\n", pool_mib);
+    return 1;
+  }
+  // Huge pages where the kernel allows it (fewer TLB misses, for every benchmark alike). madvise
+  // wants page-aligned ranges; the allocation is only cache-line aligned.
+  {
+    constexpr uintptr_t kPage = 4096;
+    const auto begin = (reinterpret_cast<uintptr_t>(pool.data.get()) + kPage - 1) & ~(kPage - 1);
+    const auto end = (reinterpret_cast<uintptr_t>(pool.data.get()) + pool.bytes) & ~(kPage - 1);
+    if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE) != 0) {
+      std::fprintf(stderr, "note: madvise(MADV_HUGEPAGE) failed; using small pages\n");
+    }
+  }
+  FillPool(pool);
+  g_pool = &pool;
+
+  // Rates are per CPU second (Google Benchmark's default), not per wall second: on a shared
+  // machine, time this thread spends descheduled says nothing about the kernel.
+  benchmark::RegisterBenchmark("stream_read", BM_StreamRead)
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(0.3);
+  for (const GemvShape& shape : kShapes) {
+    benchmark::RegisterBenchmark(GemvName(shape).c_str(), BM_GemvBf16, shape)
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.3);
+  }
+
+  auto console =
+      std::make_unique<benchmark::ConsoleReporter>(benchmark::ConsoleReporter::OO_Tabular);
+  if (json) console->SetOutputStream(&std::cerr);
+  CapturingReporter reporter(std::move(console));
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  PrintSummary(reporter, json);
+  benchmark::Shutdown();
+  return 0;
+}
+#endif  // HWY_ONCE

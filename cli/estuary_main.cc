@@ -1,0 +1,168 @@
+// The `estuary` command. Owns flags and wiring only: each subcommand parses its flags into an
+// options struct, validates it before anything loads, and calls a library function.
+//
+//   estuary generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
+//                    [--top-k K] [--min-p M] [--repetition-penalty R] [--seed S]
+//                    [--dtype f32|bf16] [--json]
+//   estuary convert  --from PATH --to DIR [--dtype f32|bf16]
+//   estuary synth    --preset tiny|llama-3.2-1b|llama-3.1-8b --out DIR [--seed S]
+
+#include <cstdio>
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "cli/default_model.h"
+#include "cli/generate_command.h"
+#include "core/common/status_macros.h"
+#include "core/loader/hf_writer.h"
+
+ABSL_FLAG(std::string, model, "", "model folder (llama2.c or Hugging Face); default: "
+                                  "$ESTUARY_MODEL, ../shared/models/stories260K, or a tiny "
+                                  "synthesized model");
+ABSL_FLAG(std::string, prompt, "Once upon a time", "prompt text");
+ABSL_FLAG(int, max_tokens, 256, "new tokens at most");
+ABSL_FLAG(double, temperature, 0.8, "sampling temperature; 0 = greedy");
+ABSL_FLAG(double, top_p, 1.0, "nucleus sampling threshold in (0, 1]");
+ABSL_FLAG(int, top_k, 0, "keep the k most likely tokens; 0 = off");
+ABSL_FLAG(double, min_p, 0.0, "keep tokens with p >= min_p * p_max; 0 = off");
+ABSL_FLAG(double, repetition_penalty, 1.0, "penalty for tokens already seen; 1 = off");
+ABSL_FLAG(uint64_t, seed, 0, "random seed (same seed, same output)");
+ABSL_FLAG(std::vector<std::string>, stop_token_ids, {}, "comma-separated token ids that end "
+                                                        "generation");
+ABSL_FLAG(std::string, dtype, "", "weight dtype at load: f32 or bf16 (default: the file's)");
+ABSL_FLAG(bool, json, false, "print one JSON object instead of text");
+ABSL_FLAG(int, threads, 0, "CPU threads for the GEMM library; 0 = its default");
+ABSL_FLAG(std::string, from, "", "convert: llama2.c folder or model.bin");
+ABSL_FLAG(std::string, to, "", "convert: output Hugging Face folder");
+ABSL_FLAG(std::string, preset, "tiny", "synth: tiny, llama-3.2-1b or llama-3.1-8b");
+ABSL_FLAG(std::string, out, "", "synth: output folder");
+
+namespace estuary::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "estuary <command> [flags]\n"
+    "commands:\n"
+    "  generate  run one prompt on a model and print the completion\n"
+    "  convert   write a Hugging Face folder from a llama2.c model\n"
+    "  synth     write a random-weight model with real shapes\n"
+    "Run `estuary <command> --help` for the flags.";
+
+absl::StatusOr<std::optional<DType>> DTypeFlag() {
+  const std::string name = absl::GetFlag(FLAGS_dtype);
+  if (name.empty()) return std::optional<DType>();
+  std::optional<DType> dtype = ParseDType(name);
+  if (!dtype || (*dtype != DType::kF32 && *dtype != DType::kBF16)) {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype=", name, ": use f32 or bf16"));
+  }
+  return dtype;
+}
+
+absl::StatusOr<std::vector<int32_t>> ParseIds(const std::vector<std::string>& items) {
+  std::vector<int32_t> ids;
+  for (const std::string& item : items) {
+    char* end = nullptr;
+    const long value = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || value < 0 || value > INT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat("--stop-token-ids: '", item,
+                                                     "' is not a token id"));
+    }
+    ids.push_back(static_cast<int32_t>(value));
+  }
+  return ids;
+}
+
+absl::Status Generate() {
+  GenerateOptions options;
+  ESTUARY_ASSIGN_OR_RETURN(options.model, ResolveModelPath(absl::GetFlag(FLAGS_model)));
+  options.prompt = absl::GetFlag(FLAGS_prompt);
+  options.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  options.sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  options.sampling.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
+  options.sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  options.sampling.min_p = static_cast<float>(absl::GetFlag(FLAGS_min_p));
+  options.sampling.repetition_penalty =
+      static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
+  options.sampling.seed = absl::GetFlag(FLAGS_seed);
+  ESTUARY_ASSIGN_OR_RETURN(options.sampling.stop_token_ids,
+                           ParseIds(absl::GetFlag(FLAGS_stop_token_ids)));
+  ESTUARY_ASSIGN_OR_RETURN(options.dtype, DTypeFlag());
+  options.json = absl::GetFlag(FLAGS_json);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  return RunGenerate(options);
+}
+
+absl::Status Convert() {
+  const std::string from = absl::GetFlag(FLAGS_from), to = absl::GetFlag(FLAGS_to);
+  if (from.empty() || to.empty()) {
+    return absl::InvalidArgumentError("convert needs --from PATH and --to DIR");
+  }
+  ESTUARY_ASSIGN_OR_RETURN(std::optional<DType> dtype, DTypeFlag());
+  ESTUARY_RETURN_IF_ERROR(ConvertLlama2cToHf(from, to, dtype.value_or(DType::kF32)));
+  std::printf("wrote %s\n", to.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status Synth() {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return absl::InvalidArgumentError("synth needs --out DIR");
+  ESTUARY_RETURN_IF_ERROR(
+      SynthesizeModel(absl::GetFlag(FLAGS_preset), out, absl::GetFlag(FLAGS_seed)));
+  std::printf("wrote %s\n", out.c_str());
+  return absl::OkStatus();
+}
+
+// absl flags are spelled with underscores; users type dashes (--max-tokens). Rewrites the name
+// part of each "--flag" or "--flag=value" argument.
+std::vector<std::string> DashesToUnderscores(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (std::string& arg : args) {
+    if (arg.rfind("--", 0) != 0) continue;
+    const size_t name_end = std::min(arg.find('='), arg.size());
+    for (size_t i = 2; i < name_end; ++i) {
+      if (arg[i] == '-') arg[i] = '_';
+    }
+  }
+  return args;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  if (argc < 2 || argv[1][0] == '-') {
+    std::fprintf(stderr, "%s\n", kUsage);
+    return argc < 2 ? 2 : (std::strcmp(argv[1], "--help") == 0 ? 0 : 2);
+  }
+  const std::string command = argv[1];
+  // The subcommand takes argv[0]'s place so that absl parses only its flags.
+  std::vector<std::string> args = DashesToUnderscores(argc - 1, argv + 1);
+  std::vector<char*> arg_pointers;
+  for (std::string& arg : args) arg_pointers.push_back(arg.data());
+  absl::ParseCommandLine(static_cast<int>(arg_pointers.size()), arg_pointers.data());
+  absl::Status status;
+  if (command == "generate") {
+    status = Generate();
+  } else if (command == "convert") {
+    status = Convert();
+  } else if (command == "synth") {
+    status = Synth();
+  } else {
+    std::fprintf(stderr, "unknown command '%s'\n%s\n", command.c_str(), kUsage);
+    return 2;
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "estuary %s: %s\n", command.c_str(), status.ToString().c_str());
+    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace estuary::cli
+
+int main(int argc, char** argv) { return estuary::cli::Main(argc, argv); }

@@ -1,0 +1,44 @@
+#include "cli/progress_bar.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "absl/time/clock.h"
+#include "core/common/logging.h"
+
+namespace estuary::cli {
+
+ProgressCallback MakeProgressReporter() {
+  struct State {
+    bool tty = ::isatty(2) != 0;
+    int last_decile = -1;
+    absl::Time start = absl::Now();
+  };
+  auto state = std::make_shared<State>();
+  return [state](const LoadProgress& p) {
+    if (p.bytes_total <= 0) return;
+    const double fraction = static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total);
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - state->start);
+    const double gbps = seconds > 0 ? static_cast<double>(p.bytes_done) / seconds / 1e9 : 0.0;
+    if (state->tty) {
+      constexpr int kWidth = 30;
+      const int filled = static_cast<int>(fraction * kWidth);
+      std::fprintf(stderr, "\rLoading %-12.12s [%.*s%*s] %3d%% %.2f GB/s", p.stage.c_str(),
+                   filled, "==============================", kWidth - filled, "",
+                   static_cast<int>(fraction * 100), gbps);
+      if (p.bytes_done >= p.bytes_total) std::fprintf(stderr, "\n");
+      return;
+    }
+    const int decile = static_cast<int>(fraction * 10);
+    if (decile != state->last_decile) {
+      state->last_decile = decile;
+      ESTUARY_LOG(INFO) << "loading " << p.stage << ": " << decile * 10 << "% ("
+                        << p.bytes_done << " of " << p.bytes_total << " bytes, " << gbps
+                        << " GB/s)";
+    }
+  };
+}
+
+}  // namespace estuary::cli

@@ -1,0 +1,280 @@
+// Decode GEMV y = W x over bf16, f16 and f32 weights, with Highway runtime dispatch.
+//
+// The weights are read exactly once, so the bf16 kernel is bound by memory bandwidth and its
+// loops are shaped for the hardware prefetchers (see kLinearMaxCols): short rows are streamed
+// one after the other, long rows a block at a time so that each load of x serves several rows.
+// Every row keeps independent accumulators and bf16 is widened in registers by one shift or mask.
+//
+// bf16 trick: a vector of 2N bf16 loaded as N u32 lanes holds element 2j in the low half of lane
+// j and element 2j+1 in the high half. `lane << 16` is element 2j as f32 and `lane & 0xffff0000`
+// is element 2j+1, so x is copied once per call into the matching even/odd order per block.
+// Columns past the last full block of 2N, and the HWY_SCALAR target, use a scalar loop.
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "core/kernels/cpu/gemv.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// Must follow foreach_target.h.
+#include "hwy/highway.h"
+
+#ifndef ESTUARY_CORE_KERNELS_CPU_GEMV_ONCE
+#define ESTUARY_CORE_KERNELS_CPU_GEMV_ONCE
+#include <cstddef>
+#include <cstdint>
+
+#include "core/kernels/cpu/kernels.h"
+#include "core/tensor/half_float.h"
+#include "hwy/aligned_allocator.h"
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace estuary::kernels::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Row blocking for bf16, measured on Zen 4 (Llama-3.2-1B shapes, weights streamed from DRAM):
+// - rows of up to kLinearMaxCols columns (x: 16 KiB, half of L1) are read one after the other, a
+//   strictly linear stream that runs at the streaming-read rate; reading 8 such 4 KiB rows side
+//   by side starts 8 new prefetch streams per block and was about 20% slower;
+// - longer rows run kBf16Rows at a time, sharing each load of x; one at a time they ran at about
+//   half speed (at 8192 columns x is 32 KiB and no longer stays in L1 next to the stream).
+#ifndef EXP_LIN
+#define EXP_LIN 4096
+#endif
+#ifndef EXP_ROWS
+#define EXP_ROWS 8
+#endif
+constexpr size_t kLinearMaxCols = EXP_LIN;
+constexpr int kBf16Rows = HWY_MAX_BYTES >= 64 ? EXP_ROWS : 4;  // two accumulators per row
+constexpr int kRows = 4;                                // f32 / f16
+
+// Per-thread scratch for the reordered x; grows to the largest `cols` seen.
+float* ScratchFloats(size_t n) {
+  thread_local hwy::AlignedFreeUniquePtr<float[]> buffer;
+  thread_local size_t capacity = 0;
+  if (n > capacity) {
+    buffer = hwy::AllocateAligned<float>(n);
+    capacity = n;
+  }
+  return buffer.get();
+}
+
+// Scalar part of a bf16 row: sum over [begin, end).
+HWY_INLINE float Bf16Tail(const uint16_t* HWY_RESTRICT row, const float* HWY_RESTRICT x,
+                          size_t begin, size_t end) {
+  float sum = 0.0f;
+  for (size_t i = begin; i < end; ++i) sum += Bf16ToF32(row[i]) * x[i];
+  return sum;
+}
+
+#if HWY_TARGET == HWY_SCALAR
+// One lane cannot hold a pair of bf16: plain loop.
+void GemvBf16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x, int64_t rows,
+                  int64_t cols, float* HWY_RESTRICT y) {
+  const size_t c = static_cast<size_t>(cols);
+  for (int64_t r = 0; r < rows; ++r) y[r] = Bf16Tail(w + r * cols, x, 0, c);
+}
+#else
+// One row over [0, main) (a multiple of 2N), four accumulators. `xe` is x reordered per block
+// of 2N: the N even-indexed elements, then the N odd-indexed ones.
+HWY_INLINE float Bf16RowDot(const uint16_t* HWY_RESTRICT row, const float* HWY_RESTRICT xe,
+                            size_t main) {
+  const DF df;
+  const hn::RebindToUnsigned<DF> du32;
+  const hn::Repartition<uint16_t, DF> du16;
+  const size_t n = hn::Lanes(df);
+  const auto hi_mask = hn::Set(du32, 0xFFFF0000u);
+  VF a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  size_t i = 0;
+  for (; i + 4 * n <= main; i += 4 * n) {
+    const auto r0 = hn::BitCast(du32, hn::LoadU(du16, row + i));
+    const auto r1 = hn::BitCast(du32, hn::LoadU(du16, row + i + 2 * n));
+    a0 = hn::MulAdd(hn::BitCast(df, hn::ShiftLeft<16>(r0)), hn::Load(df, xe + i), a0);
+    a1 = hn::MulAdd(hn::BitCast(df, hn::And(r0, hi_mask)), hn::Load(df, xe + i + n), a1);
+    a2 = hn::MulAdd(hn::BitCast(df, hn::ShiftLeft<16>(r1)), hn::Load(df, xe + i + 2 * n), a2);
+    a3 = hn::MulAdd(hn::BitCast(df, hn::And(r1, hi_mask)), hn::Load(df, xe + i + 3 * n), a3);
+  }
+  if (i < main) {
+    const auto r0 = hn::BitCast(du32, hn::LoadU(du16, row + i));
+    a0 = hn::MulAdd(hn::BitCast(df, hn::ShiftLeft<16>(r0)), hn::Load(df, xe + i), a0);
+    a1 = hn::MulAdd(hn::BitCast(df, hn::And(r0, hi_mask)), hn::Load(df, xe + i + n), a1);
+  }
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+}
+
+// R rows of stride `stride` side by side over [0, main), sharing each load of x; two
+// accumulators per row (even and odd elements). Writes the vector part of each row to y[r].
+template <int R>
+HWY_INLINE void Bf16RowsDot(const uint16_t* HWY_RESTRICT w, size_t stride,
+                            const float* HWY_RESTRICT xe, size_t main, float* HWY_RESTRICT y) {
+  const DF df;
+  const hn::RebindToUnsigned<DF> du32;
+  const hn::Repartition<uint16_t, DF> du16;
+  const size_t n = hn::Lanes(df);
+  const auto hi_mask = hn::Set(du32, 0xFFFF0000u);
+  VF even[R];
+  VF odd[R];
+  for (int r = 0; r < R; ++r) {
+    even[r] = hn::Zero(df);
+    odd[r] = hn::Zero(df);
+  }
+  for (size_t i = 0; i < main; i += 2 * n) {
+    const VF x_even = hn::Load(df, xe + i);
+    const VF x_odd = hn::Load(df, xe + i + n);
+    for (int r = 0; r < R; ++r) {
+      const auto raw = hn::BitCast(du32, hn::LoadU(du16, w + r * stride + i));
+      even[r] = hn::MulAdd(hn::BitCast(df, hn::ShiftLeft<16>(raw)), x_even, even[r]);
+      odd[r] = hn::MulAdd(hn::BitCast(df, hn::And(raw, hi_mask)), x_odd, odd[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = hn::GetLane(hn::SumOfLanes(df, hn::Add(even[r], odd[r])));
+}
+
+void GemvBf16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x, int64_t rows,
+                  int64_t cols, float* HWY_RESTRICT y) {
+  const DF df;
+  const size_t n = hn::Lanes(df);
+  const size_t c = static_cast<size_t>(cols);
+  const size_t main = c - c % (2 * n);
+  float* xe = ScratchFloats(main + 2 * n);
+  for (size_t b = 0; b < main; b += 2 * n) {
+    for (size_t j = 0; j < n; ++j) {
+      xe[b + j] = x[b + 2 * j];
+      xe[b + n + j] = x[b + 2 * j + 1];
+    }
+  }
+  int64_t r = 0;
+  if (c > kLinearMaxCols) {
+    for (; r + kBf16Rows <= rows; r += kBf16Rows) {
+      Bf16RowsDot<kBf16Rows>(w + r * cols, c, xe, main, y + r);
+      for (int k = 0; k < kBf16Rows; ++k) y[r + k] += Bf16Tail(w + (r + k) * cols, x, main, c);
+    }
+  }
+  for (; r < rows; ++r) {
+    const uint16_t* row = w + r * cols;
+    y[r] = Bf16RowDot(row, xe, main) + Bf16Tail(row, x, main, c);
+  }
+}
+#endif  // HWY_TARGET == HWY_SCALAR
+
+// Two accumulators per row over blocks of 2N, then at most one single vector, then scalars.
+template <int R>
+HWY_INLINE void F32Rows(const float* HWY_RESTRICT w, size_t stride, const float* HWY_RESTRICT x,
+                        size_t cols, float* HWY_RESTRICT y) {
+  const DF df;
+  const size_t n = hn::Lanes(df);
+  VF acc0[R];
+  VF acc1[R];
+  for (int r = 0; r < R; ++r) {
+    acc0[r] = hn::Zero(df);
+    acc1[r] = hn::Zero(df);
+  }
+  size_t i = 0;
+  for (; i + 2 * n <= cols; i += 2 * n) {
+    const VF x0 = hn::LoadU(df, x + i);
+    const VF x1 = hn::LoadU(df, x + i + n);
+    for (int r = 0; r < R; ++r) {
+      acc0[r] = hn::MulAdd(hn::LoadU(df, w + r * stride + i), x0, acc0[r]);
+      acc1[r] = hn::MulAdd(hn::LoadU(df, w + r * stride + i + n), x1, acc1[r]);
+    }
+  }
+  if (i + n <= cols) {
+    const VF x0 = hn::LoadU(df, x + i);
+    for (int r = 0; r < R; ++r) {
+      acc0[r] = hn::MulAdd(hn::LoadU(df, w + r * stride + i), x0, acc0[r]);
+    }
+    i += n;
+  }
+  for (int r = 0; r < R; ++r) {
+    const float* row = w + r * stride;
+    float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[r], acc1[r])));
+    for (size_t k = i; k < cols; ++k) sum += row[k] * x[k];
+    y[r] = sum;
+  }
+}
+
+void GemvF32Impl(const float* HWY_RESTRICT w, const float* HWY_RESTRICT x, int64_t rows,
+                 int64_t cols, float* HWY_RESTRICT y) {
+  const size_t c = static_cast<size_t>(cols);
+  int64_t r = 0;
+  for (; r + kRows <= rows; r += kRows) F32Rows<kRows>(w + r * cols, c, x, c, y + r);
+  for (; r < rows; ++r) F32Rows<1>(w + r * cols, c, x, c, y + r);
+}
+
+// f16 widens N elements at a time through PromoteTo (F16C on AVX2 and AVX-512).
+template <int R>
+HWY_INLINE void F16Rows(const uint16_t* HWY_RESTRICT w, size_t stride, const float* HWY_RESTRICT x,
+                        size_t cols, float* HWY_RESTRICT y) {
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const size_t n = hn::Lanes(df);
+  const auto* wh = reinterpret_cast<const hwy::float16_t*>(w);
+  VF acc0[R];
+  VF acc1[R];
+  for (int r = 0; r < R; ++r) {
+    acc0[r] = hn::Zero(df);
+    acc1[r] = hn::Zero(df);
+  }
+  size_t i = 0;
+  for (; i + 2 * n <= cols; i += 2 * n) {
+    const VF x0 = hn::LoadU(df, x + i);
+    const VF x1 = hn::LoadU(df, x + i + n);
+    for (int r = 0; r < R; ++r) {
+      const VF w0 = hn::PromoteTo(df, hn::LoadU(dh, wh + r * stride + i));
+      const VF w1 = hn::PromoteTo(df, hn::LoadU(dh, wh + r * stride + i + n));
+      acc0[r] = hn::MulAdd(w0, x0, acc0[r]);
+      acc1[r] = hn::MulAdd(w1, x1, acc1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const uint16_t* row = w + r * stride;
+    float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[r], acc1[r])));
+    for (size_t k = i; k < cols; ++k) sum += F16ToF32(row[k]) * x[k];
+    y[r] = sum;
+  }
+}
+
+void GemvF16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x, int64_t rows,
+                 int64_t cols, float* HWY_RESTRICT y) {
+  const size_t c = static_cast<size_t>(cols);
+  int64_t r = 0;
+  for (; r + kRows <= rows; r += kRows) F16Rows<kRows>(w + r * cols, c, x, c, y + r);
+  for (; r < rows; ++r) F16Rows<1>(w + r * cols, c, x, c, y + r);
+}
+
+const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace estuary::kernels::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace estuary::kernels::cpu {
+
+HWY_EXPORT(GemvBf16Impl);
+HWY_EXPORT(GemvF32Impl);
+HWY_EXPORT(GemvF16Impl);
+HWY_EXPORT(TargetNameImpl);
+
+void GemvBf16(const uint16_t* w, const float* x, int64_t rows, int64_t cols, float* y) {
+  if (rows <= 0) return;
+  HWY_DYNAMIC_DISPATCH(GemvBf16Impl)(w, x, rows, cols, y);
+}
+
+void GemvF32(const float* w, const float* x, int64_t rows, int64_t cols, float* y) {
+  if (rows <= 0) return;
+  HWY_DYNAMIC_DISPATCH(GemvF32Impl)(w, x, rows, cols, y);
+}
+
+void GemvF16(const uint16_t* w, const float* x, int64_t rows, int64_t cols, float* y) {
+  if (rows <= 0) return;
+  HWY_DYNAMIC_DISPATCH(GemvF16Impl)(w, x, rows, cols, y);
+}
+
+const char* GemvTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
+
+}  // namespace estuary::kernels::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,100 @@
+#include "core/model/generator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/common/status_macros.h"
+
+namespace estuary {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kStopToken:
+      return "stop_token";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kContext:
+      return "context";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<GenerateResult> Generate(const LlamaModel& model, const GenerateRequest& request,
+                                        const TokenCallback& on_token) {
+  const LlamaConfig& config = model.config();
+  const int prompt_len = static_cast<int>(request.prompt_ids.size());
+  if (prompt_len == 0) return absl::InvalidArgumentError("the prompt has no tokens");
+  for (int32_t id : request.prompt_ids) {
+    if (id < 0 || id >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt token id ", id,
+                                                     " outside the vocabulary [0, ",
+                                                     config.vocab_size, ")"));
+    }
+  }
+  if (prompt_len >= config.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt_len,
+                                                   " tokens fills the context length ",
+                                                   config.max_seq_len));
+  }
+  if (request.max_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens = ", request.max_tokens, " must be >= 0"));
+  }
+  ESTUARY_RETURN_IF_ERROR(request.sampling.Validate());
+
+  GenerateResult result;
+  // The cache holds the prompt and every generated token that is fed back.
+  const int capacity = std::min(config.max_seq_len, prompt_len + request.max_tokens);
+  ESTUARY_ASSIGN_OR_RETURN(ContiguousKvCache cache,
+                           ContiguousKvCache::Create(config, std::max(capacity, prompt_len)));
+  std::vector<int32_t> history = request.prompt_ids;
+  std::vector<float> logits(static_cast<size_t>(config.vocab_size));
+  Sampler sampler(request.sampling);
+
+  const absl::Time start = absl::Now();
+  ESTUARY_RETURN_IF_ERROR(model.Forward(request.prompt_ids, 0, cache, absl::MakeSpan(logits)));
+  const absl::Time prefill_done = absl::Now();
+  result.prefill_seconds = absl::ToDoubleSeconds(prefill_done - start);
+
+  int pos = prompt_len;
+  while (true) {
+    if (static_cast<int>(result.completion_ids.size()) >= request.max_tokens) {
+      result.finish_reason = FinishReason::kLength;
+      break;
+    }
+    const int32_t next = sampler.Sample(absl::MakeSpan(logits), history);
+    const bool is_eos = std::find(config.eos_ids.begin(), config.eos_ids.end(), next) !=
+                        config.eos_ids.end();
+    if (is_eos && !request.ignore_eos) {
+      result.finish_reason = FinishReason::kEos;
+      break;
+    }
+    if (sampler.IsStopToken(next)) {
+      result.finish_reason = FinishReason::kStopToken;
+      break;
+    }
+    result.completion_ids.push_back(next);
+    history.push_back(next);
+    if (on_token) on_token(next);
+    if (prompt_len + static_cast<int>(result.completion_ids.size()) >= config.max_seq_len) {
+      result.finish_reason = FinishReason::kContext;
+      break;
+    }
+    if (static_cast<int>(result.completion_ids.size()) >= request.max_tokens) {
+      result.finish_reason = FinishReason::kLength;
+      break;
+    }
+    ESTUARY_RETURN_IF_ERROR(model.Forward({next}, pos, cache, absl::MakeSpan(logits)));
+    ++pos;
+  }
+  result.decode_seconds = absl::ToDoubleSeconds(absl::Now() - prefill_done);
+  const size_t decoded = result.completion_ids.size() > 1 ? result.completion_ids.size() - 1 : 0;
+  result.tokens_per_second =
+      result.decode_seconds > 0 ? static_cast<double>(decoded) / result.decode_seconds : 0.0;
+  return result;
+}
+
+}  // namespace estuary

@@ -1,0 +1,45 @@
+#pragma once
+// Generate: the single-sequence generation loop behind `estuary generate` (prompt in, tokens
+// out, one contiguous KV cache). The serving engines batch many sequences; this is the simple,
+// exact path and the reference they are tested against.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/model/llama_model.h"
+#include "core/sampling/sampler.h"
+#include "core/tokenizer/tokenizer.h"
+
+namespace estuary {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt_ids;  // must be non-empty and inside the vocabulary
+  int max_tokens = 256;             // new tokens at most; also capped by the context length
+  SamplingParams sampling;
+  bool ignore_eos = false;
+};
+
+enum class FinishReason { kEos, kStopToken, kLength, kContext };
+const char* FinishReasonName(FinishReason reason);
+
+struct GenerateResult {
+  std::vector<int32_t> completion_ids;  // without the EOS / stop token that ended it
+  FinishReason finish_reason = FinishReason::kLength;
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  double tokens_per_second = 0.0;  // decode tokens per second (after the first token)
+};
+
+// Called with each new token as it is produced (before the next forward).
+using TokenCallback = std::function<void(int32_t id)>;
+
+// Runs the prompt, then samples until an EOS id of the model (unless ignore_eos), a stop token,
+// max_tokens, or the context length. INVALID_ARGUMENT for an empty prompt, an id outside the
+// vocabulary, a prompt that fills the context, or bad sampling parameters.
+absl::StatusOr<GenerateResult> Generate(const LlamaModel& model, const GenerateRequest& request,
+                                        const TokenCallback& on_token = nullptr);
+
+}  // namespace estuary

@@ -1,0 +1,43 @@
+#pragma once
+// LlamaModel: the Llama forward pass on the CPU kernels (design §3). Owns its weights (which may
+// share storage with a memory-mapped checkpoint). Forward is const and keeps its scratch on the
+// stack of the call, so one model can serve several threads, each with its own KV cache.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/model/kv_cache.h"
+#include "core/model/llama_config.h"
+#include "core/model/llama_weights.h"
+
+namespace estuary {
+
+class LlamaModel {
+ public:
+  // Checks every weight's shape and dtype against `config`; errors name the tensor.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(LlamaConfig config,
+                                                            LlamaWeights weights);
+
+  const LlamaConfig& config() const { return config_; }
+  const LlamaWeights& weights() const { return weights_; }
+  // Bytes of weight data (what one full-depth decode step reads at least once).
+  int64_t weight_bytes() const;
+
+  // Runs `tokens` at positions [start_pos, start_pos + tokens.size()), writing their K and V into
+  // `cache`, and writes the logits of the last token to `logits` (vocab_size floats).
+  // INVALID_ARGUMENT for ids outside the vocabulary or positions beyond the cache.
+  absl::Status Forward(absl::Span<const int32_t> tokens, int start_pos, ContiguousKvCache& cache,
+                       absl::Span<float> logits) const;
+
+ private:
+  LlamaModel(LlamaConfig config, LlamaWeights weights);
+
+  LlamaConfig config_;
+  LlamaWeights weights_;
+  std::vector<float> rope_inv_freq_;  // per pair of a head's dimensions
+};
+
+}  // namespace estuary

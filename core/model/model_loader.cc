@@ -1,0 +1,98 @@
+#include "core/model/model_loader.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/loader/hf_checkpoint.h"
+#include "core/loader/llama2c_checkpoint.h"
+#include "core/tokenizer/hf_tokenizer.h"
+#include "core/tokenizer/llama2c_tokenizer.h"
+
+namespace estuary {
+namespace fs = std::filesystem;
+namespace {
+
+absl::Status ConvertOne(Tensor& tensor, DType dtype) {
+  if (!tensor.defined() || tensor.dtype() == dtype) return absl::OkStatus();
+  ESTUARY_ASSIGN_OR_RETURN(tensor, ConvertDType(tensor, dtype));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadedModel> Build(LlamaCheckpoint checkpoint, std::unique_ptr<Tokenizer> tokenizer,
+                                  std::string format, const LoadOptions& options) {
+  if (options.dtype) ESTUARY_RETURN_IF_ERROR(ConvertWeights(checkpoint.weights, *options.dtype));
+  if (tokenizer->vocab_size() > checkpoint.config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer has ", tokenizer->vocab_size(),
+                                                   " tokens, the model only ",
+                                                   checkpoint.config.vocab_size));
+  }
+  LoadedModel loaded;
+  ESTUARY_ASSIGN_OR_RETURN(loaded.model, LlamaModel::Create(std::move(checkpoint.config),
+                                                            std::move(checkpoint.weights)));
+  loaded.tokenizer = std::move(tokenizer);
+  loaded.format = std::move(format);
+  return loaded;
+}
+
+absl::StatusOr<LoadedModel> LoadLlama2c(const fs::path& model_bin, const LoadOptions& options) {
+  ESTUARY_ASSIGN_OR_RETURN(LlamaCheckpoint checkpoint, LoadLlama2cCheckpoint(model_bin.string()));
+  const fs::path tokenizer_path = model_bin.parent_path() / "tokenizer.bin";
+  ESTUARY_ASSIGN_OR_RETURN(
+      std::unique_ptr<Tokenizer> tokenizer,
+      LoadLlama2cTokenizer(tokenizer_path.string(), checkpoint.config.vocab_size));
+  return Build(std::move(checkpoint), std::move(tokenizer), "llama2.c", options);
+}
+
+absl::StatusOr<LoadedModel> LoadHuggingFace(const fs::path& dir, const LoadOptions& options) {
+  ESTUARY_ASSIGN_OR_RETURN(LlamaCheckpoint checkpoint,
+                           LoadHfCheckpoint(dir.string(), options.progress));
+  // config.json / generation_config.json decide BOS and EOS, as transformers does.
+  HfTokenizerOptions tokenizer_options;
+  tokenizer_options.bos_id = checkpoint.config.bos_id;
+  tokenizer_options.eos_ids =
+      std::vector<int32_t>(checkpoint.config.eos_ids.begin(), checkpoint.config.eos_ids.end());
+  ESTUARY_ASSIGN_OR_RETURN(
+      std::unique_ptr<Tokenizer> tokenizer,
+      LoadHfTokenizer((dir / "tokenizer.json").string(), tokenizer_options));
+  return Build(std::move(checkpoint), std::move(tokenizer), "huggingface", options);
+}
+
+}  // namespace
+
+absl::Status ConvertWeights(LlamaWeights& weights, DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot load weights as ", DTypeName(dtype), " (use f32 or bf16)"));
+  }
+  const bool tied = weights.lm_head.defined() && weights.lm_head.raw() == weights.embedding.raw();
+  ESTUARY_RETURN_IF_ERROR(ConvertOne(weights.embedding, dtype));
+  ESTUARY_RETURN_IF_ERROR(ConvertOne(weights.final_norm, dtype));
+  if (tied) {
+    weights.lm_head = weights.embedding;
+  } else {
+    ESTUARY_RETURN_IF_ERROR(ConvertOne(weights.lm_head, dtype));
+  }
+  for (LlamaLayerWeights& w : weights.layers) {
+    for (Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.ffn_norm, &w.w_gate, &w.w_up,
+                      &w.w_down}) {
+      ESTUARY_RETURN_IF_ERROR(ConvertOne(*t, dtype));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const LoadOptions& options) {
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_regular_file(p, ec) && p.filename() == "model.bin") return LoadLlama2c(p, options);
+  if (fs::is_directory(p, ec)) {
+    if (fs::exists(p / "config.json", ec)) return LoadHuggingFace(p, options);
+    if (fs::exists(p / "model.bin", ec)) return LoadLlama2c(p / "model.bin", options);
+    return absl::NotFoundError(absl::StrCat(
+        path, ": neither a Hugging Face folder (config.json) nor a llama2.c folder (model.bin)"));
+  }
+  return absl::NotFoundError(absl::StrCat(path, ": no such model folder or model.bin file"));
+}
+
+}  // namespace estuary

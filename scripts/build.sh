@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Configures and builds Estuary in build/ (Release, all cores). Extra arguments go to cmake.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build build --parallel "$(nproc)"

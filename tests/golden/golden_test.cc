@@ -1,0 +1,171 @@
+// Golden greedy outputs of the shipped tiny models, through the real `estuary` binary:
+//   1. llama2.c folders: prompt_ids and completion_ids equal golden.json's, exactly;
+//   2. after `estuary convert --dtype f32`, the Hugging Face loader gives the same ids;
+//   3. after `estuary convert --dtype bf16`, the share of identical tokens is printed (bf16
+//      rounding legitimately changes some argmaxes) and must stay above a sanity floor.
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/subprocess.h"
+
+namespace estuary {
+namespace {
+namespace fs = std::filesystem;
+using ::estuary::testing::BinaryPath;
+using ::estuary::testing::RunProcess;
+
+struct GoldenCase {
+  std::string model;  // folder name under ../shared/models
+  int index = 0;
+  std::string prompt;
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> completion_ids;
+};
+
+// Short names in test output instead of gtest's byte dump.
+void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.model << " case " << c.index; }
+
+std::string ModelDir(const std::string& model) { return "../shared/models/" + model; }
+
+std::vector<GoldenCase> LoadCases(const std::string& model) {
+  std::ifstream in(ModelDir(model) + "/golden.json");
+  const nlohmann::json golden = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::vector<GoldenCase> cases;
+  if (!golden.is_object() || !golden.contains("cases")) return cases;
+  int index = 0;
+  for (const auto& c : golden["cases"]) {
+    cases.push_back({model, index++, c["prompt"].get<std::string>(),
+                     c["prompt_ids"].get<std::vector<int32_t>>(),
+                     c["completion_ids"].get<std::vector<int32_t>>()});
+  }
+  return cases;
+}
+
+std::vector<GoldenCase> AllCases() {
+  std::vector<GoldenCase> all;
+  for (const char* model : {"stories260K", "stories12L"}) {
+    for (GoldenCase& c : LoadCases(model)) all.push_back(std::move(c));
+  }
+  return all;
+}
+
+struct Generated {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> completion_ids;
+};
+
+// Runs `estuary generate` greedily with 200 new tokens and parses its JSON.
+Generated RunGenerate(const std::string& model_path, const std::string& prompt,
+                      const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> argv = {BinaryPath("cli/estuary"), "generate",
+                                   "--model",                 model_path,
+                                   "--prompt",                prompt,
+                                   "--max-tokens",            "200",
+                                   "--temperature",           "0",
+                                   "--json"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  auto result = RunProcess(argv);
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (!result.ok()) return {};
+  EXPECT_EQ(result->exit_code, 0) << result->err;
+  const nlohmann::json out =
+      nlohmann::json::parse(result->out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(out.is_object()) << "not JSON: " << result->out << result->err;
+  if (!out.is_object()) return {};
+  EXPECT_TRUE(out.contains("tokens_per_second"));
+  EXPECT_TRUE(out.contains("completion_text"));
+  return {out["prompt_ids"].get<std::vector<int32_t>>(),
+          out["completion_ids"].get<std::vector<int32_t>>()};
+}
+
+// Folders written by Converted(), removed when the test binary ends.
+std::map<std::string, std::string>& ConvertedFolders() {
+  static auto* folders = new std::map<std::string, std::string>();
+  return *folders;
+}
+
+class RemoveConvertedFolders : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    for (const auto& [key, folder] : ConvertedFolders()) fs::remove_all(folder, ec);
+  }
+};
+const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new RemoveConvertedFolders());
+
+// Converts a shipped model to a Hugging Face folder once per (model, dtype) per test binary run.
+std::string Converted(const std::string& model, const std::string& dtype) {
+  std::map<std::string, std::string>* done = &ConvertedFolders();
+  const std::string key = model + "/" + dtype;
+  if (auto it = done->find(key); it != done->end()) return it->second;
+  const fs::path out = fs::temp_directory_path() /
+                       absl::StrCat("estuary-golden-", ::getpid(), "-", model, "-", dtype);
+  auto result = RunProcess({BinaryPath("cli/estuary"), "convert", "--from", ModelDir(model),
+                            "--to", out.string(), "--dtype", dtype});
+  EXPECT_TRUE(result.ok() && result->exit_code == 0)
+      << (result.ok() ? result->err : result.status().ToString());
+  (*done)[key] = out.string();
+  return out.string();
+}
+
+std::string CaseName(const ::testing::TestParamInfo<GoldenCase>& info) {
+  return absl::StrCat(info.param.model, "_case", info.param.index);
+}
+
+class GoldenTest : public ::testing::TestWithParam<GoldenCase> {};
+
+TEST_P(GoldenTest, Llama2cFolderMatchesGoldenIds) {
+  const GoldenCase& c = GetParam();
+  const Generated got = RunGenerate(ModelDir(c.model), c.prompt);
+  EXPECT_EQ(got.prompt_ids, c.prompt_ids);
+  EXPECT_EQ(got.completion_ids, c.completion_ids);
+}
+
+TEST_P(GoldenTest, ConvertedF32HuggingFaceFolderMatchesGoldenIds) {
+  const GoldenCase& c = GetParam();
+  const Generated got = RunGenerate(Converted(c.model, "f32"), c.prompt);
+  EXPECT_EQ(got.prompt_ids, c.prompt_ids);
+  EXPECT_EQ(got.completion_ids, c.completion_ids);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shipped, GoldenTest, ::testing::ValuesIn(AllCases()), CaseName);
+
+// bf16 weights: report the share of golden tokens reproduced, position by position.
+TEST(GoldenBf16Test, ShareOfIdenticalTokens) {
+  for (const char* model : {"stories260K", "stories12L"}) {
+    size_t same = 0, total = 0, prefix_same = 0;
+    for (const GoldenCase& c : LoadCases(model)) {
+      const Generated got = RunGenerate(Converted(model, "bf16"), c.prompt);
+      EXPECT_EQ(got.prompt_ids, c.prompt_ids);
+      const size_t n = std::max(got.completion_ids.size(), c.completion_ids.size());
+      bool in_prefix = true;
+      for (size_t i = 0; i < n; ++i) {
+        const bool equal = i < got.completion_ids.size() && i < c.completion_ids.size() &&
+                           got.completion_ids[i] == c.completion_ids[i];
+        same += equal;
+        in_prefix = in_prefix && equal;
+        prefix_same += in_prefix;
+      }
+      total += n;
+    }
+    ASSERT_GT(total, 0u);
+    const double share = static_cast<double>(same) / static_cast<double>(total);
+    std::printf("bf16 %s: %zu of %zu golden tokens identical (%.1f%%), %zu before the first "
+                "divergence (%.1f%%)\n",
+                model, same, total, 100.0 * share, prefix_same,
+                100.0 * static_cast<double>(prefix_same) / static_cast<double>(total));
+    RecordProperty(absl::StrCat(model, "_bf16_identical_share"), absl::StrCat(share));
+    // A broken bf16 path (wrong widening, wrong rounding) lands near zero.
+    EXPECT_GT(share, 0.2) << model;
+  }
+}
+
+}  // namespace
+}  // namespace estuary
