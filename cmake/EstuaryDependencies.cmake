@@ -22,7 +22,7 @@ endif()
 
 if(ESTUARY_CUDA)
   enable_language(CUDA)
-  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 does not know nvcc 13 takes C++20; .cu files stay C++17
   set(CMAKE_CUDA_ARCHITECTURES ${ESTUARY_CUDA_ARCHITECTURES})
   find_package(CUDAToolkit REQUIRED)
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)

@@ -40,14 +40,8 @@ using VF = hn::Vec<DF>;
 //   by side starts 8 new prefetch streams per block and was about 20% slower;
 // - longer rows run kBf16Rows at a time, sharing each load of x; one at a time they ran at about
 //   half speed (at 8192 columns x is 32 KiB and no longer stays in L1 next to the stream).
-#ifndef EXP_LIN
-#define EXP_LIN 4096
-#endif
-#ifndef EXP_ROWS
-#define EXP_ROWS 8
-#endif
-constexpr size_t kLinearMaxCols = EXP_LIN;
-constexpr int kBf16Rows = HWY_MAX_BYTES >= 64 ? EXP_ROWS : 4;  // two accumulators per row
+constexpr size_t kLinearMaxCols = 4096;
+constexpr int kBf16Rows = HWY_MAX_BYTES >= 64 ? 8 : 4;  // two accumulators per row
 constexpr int kRows = 4;                                // f32 / f16
 
 // Per-thread scratch for the reordered x; grows to the largest `cols` seen.
