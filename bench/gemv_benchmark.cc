@@ -1,13 +1,16 @@
-// gemv_benchmark: single-threaded decode GEMV (bf16 weights) against the machine's plain
-// streaming-read bandwidth, measured in the same run.
+// gemv_benchmark: single-threaded decode GEMV (bf16 weights), one token and batched, against the
+// machine's plain streaming-read bandwidth, measured in the same run.
 //
 // The decode step of a small model is a chain of GEMVs that read every weight once, so the best
 // a GEMV can do is the rate at which one core streams memory. This binary measures
 //   stream_read:  a SIMD integer sum over one large buffer (default 1 GiB, far beyond L3);
 //   gemv_bf16/*:  kernels::cpu::GemvBf16 at the Llama-3.2-1B decode shapes, cycling through as
 //                 many distinct weight matrices as fit in the same buffer, so reads come from DRAM;
-// and prints a table of GB/s (weight bytes per second, 1 GB = 1e9 bytes) and the ratio to
-// stream_read.
+//   gemv_batch_bf16/*/tN: kernels::cpu::GemvBatchBf16 for N tokens (a batched decode step of N
+//                 sequences) at the same shapes but the LM head, weights cycled the same way;
+// and prints a table of weight GB/s (bytes of W per call / time, 1 GB = 1e9 bytes; the same for
+// one token or N) and the ratio to stream_read. A batched row at ratio 1 would cost one weight
+// stream for all N tokens; the per-token GEMV costs N streams.
 //
 // Usage: gemv_benchmark [--json] [--pool_mib=N] [--benchmark_* flags]
 //   By default every benchmark runs 5 times in random order; the table shows the median GB/s
@@ -93,6 +96,9 @@ constexpr GemvShape kShapes[] = {
     {"down", 2048, 8192},       // MLP down
     {"lm_head", 128256, 2048},  // tied embedding as the LM head
 };
+// Batched decode: the shapes above but the LM head, at these numbers of tokens.
+constexpr int64_t kBatchTokens[] = {4, 16};
+constexpr int kBatchShapes = 4;  // the first four of kShapes
 
 // The one large buffer: streamed by stream_read and carved into weight matrices by the GEMVs.
 // Owned by main() for the whole run.
@@ -135,6 +141,26 @@ void BM_GemvBf16(benchmark::State& state, GemvShape shape) {
   for (auto _ : state) {
     const uint16_t* w = g_pool->data.get() + next * matrix_elems;
     kernels::cpu::GemvBf16(w, x.data(), shape.rows, shape.cols, y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    next = next + 1 == n_matrices ? 0 : next + 1;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(matrix_elems * 2));
+  state.counters["matrices"] = static_cast<double>(n_matrices);
+}
+
+// Weight GB/s of GemvBatchBf16 for `n_tokens` tokens: bytes per call are those of W, as above.
+void BM_GemvBatchBf16(benchmark::State& state, GemvShape shape, int64_t n_tokens) {
+  const size_t matrix_elems = static_cast<size_t>(shape.rows * shape.cols);
+  const size_t n_matrices = std::max<size_t>(1, g_pool->bytes / (matrix_elems * 2));
+  std::vector<float> x(static_cast<size_t>(n_tokens * shape.cols));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+  std::vector<float> y(static_cast<size_t>(n_tokens * shape.rows));
+  size_t next = 0;
+  for (auto _ : state) {
+    const uint16_t* w = g_pool->data.get() + next * matrix_elems;
+    kernels::cpu::GemvBatchBf16(w, x.data(), n_tokens, shape.rows, shape.cols, y.data());
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
     next = next + 1 == n_matrices ? 0 : next + 1;
@@ -193,6 +219,30 @@ std::string GemvName(const GemvShape& shape) {
          std::to_string(shape.cols);
 }
 
+std::string GemvBatchName(const GemvShape& shape, int64_t n_tokens) {
+  return std::string("gemv_batch_bf16/") + shape.name + "/" + std::to_string(shape.rows) + "x" +
+         std::to_string(shape.cols) + "/t" + std::to_string(n_tokens);
+}
+
+// One row of the summary: a registered benchmark, its shape and its number of tokens.
+struct SummaryRow {
+  std::string name;
+  GemvShape shape;
+  int64_t n_tokens;
+};
+
+// Every GEMV benchmark in table order: the one-token rows, then the batched ones by tokens.
+std::vector<SummaryRow> SummaryRows() {
+  std::vector<SummaryRow> rows;
+  for (const GemvShape& shape : kShapes) rows.push_back({GemvName(shape), shape, 1});
+  for (int64_t n_tokens : kBatchTokens) {
+    for (int s = 0; s < kBatchShapes; ++s) {
+      rows.push_back({GemvBatchName(kShapes[s], n_tokens), kShapes[s], n_tokens});
+    }
+  }
+  return rows;
+}
+
 void PrintSummary(const CapturingReporter& reporter, bool json) {
   const double stream = reporter.MedianRate("stream_read");
   const double stream_best = reporter.MaxRate("stream_read");
@@ -203,25 +253,29 @@ void PrintSummary(const CapturingReporter& reporter, bool json) {
         "\"stream_read_best_gbps\": %.3f, \"gemv\": [",
         target.c_str(), g_pool->bytes, stream / kGB, stream_best / kGB);
   } else {
-    std::printf("\nGemvBf16 (target %s), single thread, median of %zu repetition(s)\n",
-                target.c_str(), reporter.Repetitions("stream_read"));
+    std::printf(
+        "\nGemvBf16 / GemvBatchBf16 (target %s), single thread, median of %zu repetition(s);\n"
+        "GB/s = bytes of W per call / time, for all the call's tokens\n",
+        target.c_str(), reporter.Repetitions("stream_read"));
     std::printf("%-34s %10s %8s %10s %8s   %s\n", "shape", "GB/s", "ratio", "best GB/s", "ratio",
                 "GB/s min..max");
     std::printf("%-34s %10.2f %8.2f %10.2f %8.2f   %.2f..%.2f\n", "stream_read", stream / kGB, 1.0,
                 stream_best / kGB, 1.0, reporter.MinRate("stream_read") / kGB, stream_best / kGB);
   }
   bool first = true;
-  for (const GemvShape& shape : kShapes) {
-    const std::string name = GemvName(shape);
+  for (const SummaryRow& row : SummaryRows()) {
+    const std::string& name = row.name;
+    const GemvShape& shape = row.shape;
     const double rate = reporter.MedianRate(name);
     if (rate == 0.0) continue;  // filtered out
     const double ratio = stream > 0 ? rate / stream : 0.0;
     if (json) {
       std::printf(
-          "%s{\"shape\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"gbps\": %.3f, "
-          "\"ratio\": %.4f, \"best_gbps\": %.3f, \"best_ratio\": %.4f}",
+          "%s{\"shape\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"tokens\": %lld, "
+          "\"gbps\": %.3f, \"ratio\": %.4f, \"best_gbps\": %.3f, \"best_ratio\": %.4f}",
           first ? "" : ", ", shape.name, static_cast<long long>(shape.rows),
-          static_cast<long long>(shape.cols), rate / kGB, ratio, reporter.MaxRate(name) / kGB,
+          static_cast<long long>(shape.cols), static_cast<long long>(row.n_tokens), rate / kGB,
+          ratio, reporter.MaxRate(name) / kGB,
           stream_best > 0 ? reporter.MaxRate(name) / stream_best : 0.0);
     } else {
       const double best = reporter.MaxRate(name);
@@ -300,6 +354,14 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(GemvName(shape).c_str(), BM_GemvBf16, shape)
         ->Unit(benchmark::kMicrosecond)
         ->MinTime(0.3);
+  }
+  for (int64_t n_tokens : kBatchTokens) {
+    for (int s = 0; s < kBatchShapes; ++s) {
+      benchmark::RegisterBenchmark(GemvBatchName(kShapes[s], n_tokens).c_str(), BM_GemvBatchBf16,
+                                   kShapes[s], n_tokens)
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.3);
+    }
   }
 
   auto console =

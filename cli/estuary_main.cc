@@ -6,9 +6,15 @@
 //                    [--dtype f32|bf16] [--json]
 //   estuary convert  --from PATH --to DIR [--dtype f32|bf16]
 //   estuary synth    --preset tiny|llama-3.2-1b|llama-3.1-8b --out DIR [--seed S]
+//   estuary eval-exit --model PATH --taus LIST --prompts FILE --max-tokens N [--json]
+//   estuary bench-decode --model PATH --batch LIST [--exit-after K] [--json]
+// River flags (eval-exit, bench-decode): --river-group-size, --river-refine, --exit-rule,
+// --min-backbone-layers, --max-backbone-layers, --resident-backbone-layers.
 
 #include <cstdio>
 #include <algorithm>
+#include <cmath>
+#include <type_traits>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -18,6 +24,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "cli/default_model.h"
+#include "cli/exit_commands.h"
 #include "cli/generate_command.h"
 #include "core/common/status_macros.h"
 #include "core/loader/hf_writer.h"
@@ -42,6 +49,20 @@ ABSL_FLAG(std::string, from, "", "convert: llama2.c folder or model.bin");
 ABSL_FLAG(std::string, to, "", "convert: output Hugging Face folder");
 ABSL_FLAG(std::string, preset, "tiny", "synth: tiny, llama-3.2-1b or llama-3.1-8b");
 ABSL_FLAG(std::string, out, "", "synth: output folder");
+ABSL_FLAG(std::vector<std::string>, taus, {}, "eval-exit: comma-separated exit thresholds");
+ABSL_FLAG(std::string, prompts, "", "eval-exit: file with one prompt per line");
+ABSL_FLAG(std::vector<std::string>, batch, std::vector<std::string>({"1", "4", "16"}),
+          "bench-decode: comma-separated batch sizes");
+ABSL_FLAG(int, exit_after, 4, "bench-decode: backbone layers before the river's forced exit");
+ABSL_FLAG(int, steps, 8, "bench-decode: timed decode steps per mode and batch");
+ABSL_FLAG(int, river_group_size, 64, "int4 group size of the exit river");
+ABSL_FLAG(bool, river_refine, true, "refine the river's int4 scale and zero point (HQQ-style)");
+ABSL_FLAG(std::string, exit_rule, "batch_min", "batch_min (the paper's) or split");
+ABSL_FLAG(double, exit_threshold, 0.9, "default exit threshold τ; above 1 disables exit");
+ABSL_FLAG(int, min_backbone_layers, 1, "exit is considered only after this many layers");
+ABSL_FLAG(int, max_backbone_layers, -1, "forced exit after this many layers; -1 = none");
+ABSL_FLAG(int, resident_backbone_layers, 0,
+          "backbone layers at and above this are never loaded (forced exit there); 0 = all");
 
 namespace estuary::cli {
 namespace {
@@ -52,6 +73,8 @@ constexpr char kUsage[] =
     "  generate  run one prompt on a model and print the completion\n"
     "  convert   write a Hugging Face folder from a llama2.c model\n"
     "  synth     write a random-weight model with real shapes\n"
+    "  eval-exit      fidelity and cost of the exit river at several thresholds\n"
+    "  bench-decode   decode tokens/s: full depth, river, full int4\n"
     "Run `estuary <command> --help` for the flags.";
 
 absl::StatusOr<std::optional<DType>> DTypeFlag() {
@@ -62,6 +85,63 @@ absl::StatusOr<std::optional<DType>> DTypeFlag() {
     return absl::InvalidArgumentError(absl::StrCat("--dtype=", name, ": use f32 or bf16"));
   }
   return dtype;
+}
+
+template <typename T>
+absl::StatusOr<std::vector<T>> ParseList(const char* flag, const std::vector<std::string>& items) {
+  std::vector<T> values;
+  for (const std::string& item : items) {
+    char* end = nullptr;
+    const double value = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || (std::is_integral_v<T> && value != std::floor(value))) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", item,
+                                                     "' is not a number"));
+    }
+    values.push_back(static_cast<T>(value));
+  }
+  return values;
+}
+
+absl::StatusOr<RiverOptions> RiverFlags() {
+  RiverOptions river;
+  river.quant.group_size = absl::GetFlag(FLAGS_river_group_size);
+  river.quant.refine = absl::GetFlag(FLAGS_river_refine);
+  ESTUARY_ASSIGN_OR_RETURN(river.policy.rule, ParseExitRule(absl::GetFlag(FLAGS_exit_rule)));
+  river.policy.default_threshold = static_cast<float>(absl::GetFlag(FLAGS_exit_threshold));
+  river.policy.min_backbone_layers = absl::GetFlag(FLAGS_min_backbone_layers);
+  river.policy.max_backbone_layers = absl::GetFlag(FLAGS_max_backbone_layers);
+  river.policy.resident_backbone_layers = absl::GetFlag(FLAGS_resident_backbone_layers);
+  return river;
+}
+
+absl::Status EvalExit() {
+  EvalExitCommandOptions options;
+  ESTUARY_ASSIGN_OR_RETURN(options.model, ResolveModelPath(absl::GetFlag(FLAGS_model)));
+  options.prompts_file = absl::GetFlag(FLAGS_prompts);
+  if (options.prompts_file.empty()) return absl::InvalidArgumentError("eval-exit needs --prompts");
+  ESTUARY_ASSIGN_OR_RETURN(options.taus, ParseList<float>("taus", absl::GetFlag(FLAGS_taus)));
+  options.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  ESTUARY_ASSIGN_OR_RETURN(options.river, RiverFlags());
+  options.json = absl::GetFlag(FLAGS_json);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  return RunEvalExitCommand(options);
+}
+
+absl::Status BenchDecode() {
+  BenchDecodeCommandOptions options;
+  options.model = absl::GetFlag(FLAGS_model);
+  if (options.model.empty()) {
+    return absl::InvalidArgumentError(
+        "bench-decode needs --model (e.g. a folder from `estuary synth --preset llama-3.2-1b`)");
+  }
+  ESTUARY_ASSIGN_OR_RETURN(options.bench.batches,
+                           ParseList<int>("batch", absl::GetFlag(FLAGS_batch)));
+  options.bench.exit_after = absl::GetFlag(FLAGS_exit_after);
+  options.bench.steps = absl::GetFlag(FLAGS_steps);
+  ESTUARY_ASSIGN_OR_RETURN(options.river, RiverFlags());
+  options.json = absl::GetFlag(FLAGS_json);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  return RunBenchDecodeCommand(options);
 }
 
 absl::StatusOr<std::vector<int32_t>> ParseIds(const std::vector<std::string>& items) {
@@ -151,6 +231,10 @@ int Main(int argc, char** argv) {
     status = Convert();
   } else if (command == "synth") {
     status = Synth();
+  } else if (command == "eval-exit") {
+    status = EvalExit();
+  } else if (command == "bench-decode") {
+    status = BenchDecode();
   } else {
     std::fprintf(stderr, "unknown command '%s'\n%s\n", command.c_str(), kUsage);
     return 2;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/common/status_macros.h"
+#include "core/model/kv_cache.h"
 
 namespace estuary {
 
@@ -18,6 +19,10 @@ const char* FinishReasonName(FinishReason reason) {
       return "length";
     case FinishReason::kContext:
       return "context";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
   }
   return "unknown";
 }

@@ -22,7 +22,14 @@ struct GenerateRequest {
   bool ignore_eos = false;
 };
 
-enum class FinishReason { kEos, kStopToken, kLength, kContext };
+enum class FinishReason {
+  kEos,        // an EOS id of the model
+  kStopToken,  // one of the request's stop token ids
+  kLength,     // max_tokens
+  kContext,    // prompt plus completion reached the context length
+  kCancelled,  // aborted by the client
+  kError,      // ended by an error (see the accompanying status)
+};
 const char* FinishReasonName(FinishReason reason);
 
 struct GenerateResult {

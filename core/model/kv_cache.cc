@@ -1,8 +1,10 @@
 #include "core/model/kv_cache.h"
 
+#include <algorithm>
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "core/kernels/cpu/kernels.h"
 
 namespace estuary {
 
@@ -14,6 +16,8 @@ absl::StatusOr<ContiguousKvCache> ContiguousKvCache::Create(const LlamaConfig& c
   }
   ContiguousKvCache cache;
   cache.capacity_ = capacity;
+  cache.n_kv_heads_ = config.n_kv_heads;
+  cache.head_dim_ = config.head_dim;
   cache.position_stride_ = static_cast<int64_t>(config.n_kv_heads) * config.head_dim;
   const size_t elements =
       static_cast<size_t>(config.n_layers) * static_cast<size_t>(capacity) *
@@ -21,11 +25,25 @@ absl::StatusOr<ContiguousKvCache> ContiguousKvCache::Create(const LlamaConfig& c
   try {
     cache.keys_.assign(elements, 0.0f);
     cache.values_.assign(elements, 0.0f);
+    cache.provenance_.assign(static_cast<size_t>(capacity), kProvenanceFullDepth);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat("KV cache of ", 2 * elements * sizeof(float), " bytes"));
   }
   return cache;
+}
+
+void ContiguousKvCache::Write(int layer, int pos, const float* k, const float* v) {
+  const int64_t offset = Offset(layer, pos);
+  std::copy_n(k, position_stride_, keys_.data() + offset);
+  std::copy_n(v, position_stride_, values_.data() + offset);
+}
+
+void ContiguousKvCache::Attend(int layer, const float* q, int n_queries, int start_pos,
+                               int n_heads, float* out) const {
+  const int64_t base = Offset(layer, 0);
+  kernels::cpu::CausalAttention(q, n_queries, start_pos, keys_.data() + base,
+                                values_.data() + base, n_heads, n_kv_heads_, head_dim_, out);
 }
 
 }  // namespace estuary

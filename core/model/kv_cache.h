@@ -7,29 +7,37 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/model/kv_view.h"
 #include "core/model/llama_config.h"
 
 namespace estuary {
 
-class ContiguousKvCache {
+class ContiguousKvCache final : public KvView {
  public:
   // Room for `capacity` positions (at most the model's context). RESOURCE_EXHAUSTED when the
   // allocation fails.
   static absl::StatusOr<ContiguousKvCache> Create(const LlamaConfig& config, int capacity);
 
-  int capacity() const { return capacity_; }
-  int64_t position_stride() const { return position_stride_; }
-  float* k(int layer, int pos) { return Slot(keys_, layer, pos); }
-  float* v(int layer, int pos) { return Slot(values_, layer, pos); }
+  int capacity() const override { return capacity_; }
+  void Write(int layer, int pos, const float* k, const float* v) override;
+  void Attend(int layer, const float* q, int n_queries, int start_pos, int n_heads,
+              float* out) const override;
+  void SetProvenance(int pos, uint8_t last_backbone_layer) override {
+    provenance_[static_cast<size_t>(pos)] = last_backbone_layer;
+  }
+  uint8_t provenance(int pos) const { return provenance_[static_cast<size_t>(pos)]; }
 
  private:
-  float* Slot(std::vector<float>& region, int layer, int pos) {
-    return region.data() + (static_cast<int64_t>(layer) * capacity_ + pos) * position_stride_;
+  int64_t Offset(int layer, int pos) const {
+    return (static_cast<int64_t>(layer) * capacity_ + pos) * position_stride_;
   }
   int capacity_ = 0;
+  int n_kv_heads_ = 0;
+  int head_dim_ = 0;
   int64_t position_stride_ = 0;  // n_kv_heads * head_dim
   std::vector<float> keys_;
   std::vector<float> values_;
+  std::vector<uint8_t> provenance_;
 };
 
 }  // namespace estuary

@@ -4,6 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "core/common/status_macros.h"
 #include "core/kernels/cpu/kernels.h"
+#include "core/model/forward_batch.h"
 
 namespace estuary {
 namespace {
@@ -20,10 +21,6 @@ absl::Status CheckWeight(const Tensor& tensor, const std::string& name, const Sh
     return absl::InvalidArgumentError(absl::StrCat("weight ", name, " is int4"));
   }
   return absl::OkStatus();
-}
-
-void AddInPlace(float* x, const float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
 }  // namespace
@@ -78,58 +75,22 @@ int64_t LlamaModel::weight_bytes() const {
   return total;
 }
 
-absl::Status LlamaModel::Forward(absl::Span<const int32_t> tokens, int start_pos,
-                                 ContiguousKvCache& cache, absl::Span<float> logits) const {
-  namespace k = kernels::cpu;
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n == 0) return absl::InvalidArgumentError("Forward needs at least one token");
-  if (start_pos < 0 || start_pos + n > cache.capacity()) {
-    return absl::InvalidArgumentError(absl::StrCat("positions [", start_pos, ", ", start_pos + n,
-                                                   ") exceed the KV cache capacity ",
-                                                   cache.capacity()));
-  }
-  if (logits.size() != static_cast<size_t>(config_.vocab_size)) {
-    return absl::InvalidArgumentError("logits buffer is not vocab_size long");
-  }
-  const int64_t dim = config_.dim, hidden = config_.hidden_dim, hd = config_.head_dim;
-  const int64_t q_dim = config_.n_heads * hd, kv_dim = config_.n_kv_heads * hd;
+LayerProjections LlamaModel::backbone_projections(int layer) const {
+  const LlamaLayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  return LayerProjections{Linear::Dense(w.wq),     Linear::Dense(w.wk),   Linear::Dense(w.wv),
+                          Linear::Dense(w.wo),     Linear::Dense(w.w_gate), Linear::Dense(w.w_up),
+                          Linear::Dense(w.w_down)};
+}
 
-  // Activations for the whole chunk, [token][feature].
-  std::vector<float> x(n * dim), xb(n * dim), q(n * q_dim), kv_k(n * kv_dim), kv_v(n * kv_dim),
-      att(n * q_dim), proj(n * dim), gate(n * hidden), up(n * hidden);
-  ESTUARY_RETURN_IF_ERROR(k::Embedding(weights_.embedding, tokens, x.data()));
-
-  for (int l = 0; l < config_.n_layers; ++l) {
-    const LlamaLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
-    k::RmsNorm(x.data(), w.attn_norm, n, dim, config_.rms_eps, xb.data());
-    ESTUARY_RETURN_IF_ERROR(k::MatMul(w.wq, xb.data(), n, q.data()));
-    ESTUARY_RETURN_IF_ERROR(k::MatMul(w.wk, xb.data(), n, kv_k.data()));
-    ESTUARY_RETURN_IF_ERROR(k::MatMul(w.wv, xb.data(), n, kv_v.data()));
-    for (int64_t t = 0; t < n; ++t) {
-      const int pos = start_pos + static_cast<int>(t);
-      k::ApplyRope(q.data() + t * q_dim, config_.n_heads, config_.head_dim, pos, rope_inv_freq_,
-                   config_.rope_style);
-      k::ApplyRope(kv_k.data() + t * kv_dim, config_.n_kv_heads, config_.head_dim, pos,
-                   rope_inv_freq_, config_.rope_style);
-      std::copy_n(kv_k.data() + t * kv_dim, kv_dim, cache.k(l, pos));
-      std::copy_n(kv_v.data() + t * kv_dim, kv_dim, cache.v(l, pos));
-    }
-    k::CausalAttention(q.data(), static_cast<int>(n), start_pos, cache.k(l, 0), cache.v(l, 0),
-                       config_.n_heads, config_.n_kv_heads, config_.head_dim, att.data());
-    ESTUARY_RETURN_IF_ERROR(k::MatMul(w.wo, att.data(), n, proj.data()));
-    AddInPlace(x.data(), proj.data(), n * dim);
-
-    k::RmsNorm(x.data(), w.ffn_norm, n, dim, config_.rms_eps, xb.data());
-    ESTUARY_RETURN_IF_ERROR(k::MatMul(w.w_gate, xb.data(), n, gate.data()));
-    ESTUARY_RETURN_IF_ERROR(k::MatMul(w.w_up, xb.data(), n, up.data()));
-    k::SwiGlu(gate.data(), up.data(), n * hidden, gate.data());
-    ESTUARY_RETURN_IF_ERROR(k::MatMul(w.w_down, gate.data(), n, proj.data()));
-    AddInPlace(x.data(), proj.data(), n * dim);
-  }
-  // Only the last token's logits are needed to continue the sequence.
-  const float* last = x.data() + (n - 1) * dim;
-  k::RmsNorm(last, weights_.final_norm, 1, dim, config_.rms_eps, xb.data());
-  return k::MatMul(weights_.lm_head, xb.data(), 1, logits.data());
+absl::Status LlamaModel::Forward(absl::Span<const int32_t> tokens, int start_pos, KvView& cache,
+                                 absl::Span<float> logits) const {
+  BatchEntry entry;
+  entry.tokens = tokens;
+  entry.start_pos = start_pos;
+  entry.kv = &cache;
+  EntryOutcome outcome;
+  return ForwardBatch(*this, absl::MakeConstSpan(&entry, 1), ForwardOptions(), logits,
+                      absl::MakeSpan(&outcome, 1));
 }
 
 }  // namespace estuary

@@ -9,7 +9,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/model/kv_cache.h"
+#include "core/model/kv_view.h"
+#include "core/model/linear.h"
 #include "core/model/llama_config.h"
 #include "core/model/llama_weights.h"
 
@@ -26,10 +27,17 @@ class LlamaModel {
   // Bytes of weight data (what one full-depth decode step reads at least once).
   int64_t weight_bytes() const;
 
-  // Runs `tokens` at positions [start_pos, start_pos + tokens.size()), writing their K and V into
-  // `cache`, and writes the logits of the last token to `logits` (vocab_size floats).
-  // INVALID_ARGUMENT for ids outside the vocabulary or positions beyond the cache.
-  absl::Status Forward(absl::Span<const int32_t> tokens, int start_pos, ContiguousKvCache& cache,
+  // Bytes of the dense weights of one decoder layer.
+  int64_t layer_bytes(int layer) const { return backbone_projections(layer).bytes(); }
+  // The dense (backbone) projections of `layer`, pointing into weights().
+  LayerProjections backbone_projections(int layer) const;
+  absl::Span<const float> rope_inv_freq() const { return rope_inv_freq_; }
+
+  // Runs `tokens` at positions [start_pos, start_pos + tokens.size()) on the full backbone,
+  // writing their K and V into `cache`, and writes the logits of the last token to `logits`
+  // (vocab_size floats). INVALID_ARGUMENT for ids outside the vocabulary or positions beyond
+  // the cache. (One-sequence shorthand for ForwardBatch.)
+  absl::Status Forward(absl::Span<const int32_t> tokens, int start_pos, KvView& cache,
                        absl::Span<float> logits) const;
 
  private:

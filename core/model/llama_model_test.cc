@@ -4,6 +4,7 @@
 #include <random>
 
 #include "core/model/generator.h"
+#include "core/model/kv_cache.h"
 #include "core/model/model_loader.h"
 #include "gtest/gtest.h"
 

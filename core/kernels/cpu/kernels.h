@@ -31,6 +31,20 @@ void GemvBf16(const uint16_t* w, const float* x, int64_t rows, int64_t cols, flo
 void GemvF32(const float* w, const float* x, int64_t rows, int64_t cols, float* y);
 // Same over IEEE f16 weights (raw bits; F16C conversion where the target has it).
 void GemvF16(const uint16_t* w, const float* x, int64_t rows, int64_t cols, float* y);
+// Multi-token GEMV for batched decode: y[t][o] = sum_i w[o*cols + i] * x[t*cols + i] for
+// t < n_tokens, o < rows. Layouts: w [rows][cols], x [n_tokens][cols], y [n_tokens][rows] (as
+// MatMul). Each weight element is read from memory once per 16-ish tokens (the token loop runs
+// inside the row loop, per-token accumulators in registers), so a decode step of several sequences
+// costs about one weight stream instead of one per token. Highway dynamic dispatch; f32
+// accumulation. n_tokens == 1 works but GemvBf16 & co. are tuned for it.
+void GemvBatchBf16(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows,
+                   int64_t cols, float* y);
+// Same over f32 weights.
+void GemvBatchF32(const float* w, const float* x, int64_t n_tokens, int64_t rows, int64_t cols,
+                  float* y);
+// Same over IEEE f16 weights (raw bits).
+void GemvBatchF16(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows,
+                  int64_t cols, float* y);
 // Name of the SIMD target GemvBf16 dispatches to on this machine ("AVX3", "AVX2", ...).
 const char* GemvTargetName();
 

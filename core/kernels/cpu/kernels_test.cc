@@ -168,6 +168,102 @@ TEST(GemvTest, EveryCompiledTargetMatchesReference) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Batched GEMV (GemvBatchBf16 / F16 / F32) called directly
+
+// Runs the batched GEMV of `dtype` on random data and compares every output with a
+// double-accumulated reference, with the MatMul tolerance.
+void ExpectGemvBatchMatchesReference(DType dtype, int64_t rows, int64_t cols, int64_t n_tokens) {
+  SCOPED_TRACE(std::string("GemvBatch ") + DTypeName(dtype) + " " + std::to_string(rows) + "x" +
+               std::to_string(cols) + " tokens " + std::to_string(n_tokens));
+  const Tensor w = MakeTensor(dtype, {rows, cols},
+                              RandomVector(rows * cols, static_cast<uint32_t>(rows * 5 + cols)));
+  const std::vector<float> x = RandomVector(n_tokens * cols, static_cast<uint32_t>(n_tokens));
+  // One guard element past y: the kernel must not write beyond n_tokens * rows.
+  std::vector<float> y(static_cast<size_t>(n_tokens * rows) + 1, NAN);
+  switch (dtype) {
+    case DType::kF32:
+      GemvBatchF32(w.data<float>(), x.data(), n_tokens, rows, cols, y.data());
+      break;
+    case DType::kBF16:
+      GemvBatchBf16(w.data<uint16_t>(), x.data(), n_tokens, rows, cols, y.data());
+      break;
+    case DType::kF16:
+      GemvBatchF16(w.data<uint16_t>(), x.data(), n_tokens, rows, cols, y.data());
+      break;
+    case DType::kInt4:
+      FAIL();
+  }
+  ASSERT_TRUE(std::isnan(y.back())) << "wrote past the end of y";
+  // The weight as f32 once, so the reference loop stays cheap at 33 tokens x 8192 columns.
+  std::vector<float> wf(static_cast<size_t>(rows * cols));
+  for (int64_t k = 0; k < rows * cols; ++k) wf[static_cast<size_t>(k)] = ElementAsF32(w, k);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t o = 0; o < rows; ++o) {
+      double ref = 0.0, magnitude = 0.0;
+      for (int64_t i = 0; i < cols; ++i) {
+        const double term = static_cast<double>(wf[static_cast<size_t>(o * cols + i)]) *
+                            static_cast<double>(x[static_cast<size_t>(t * cols + i)]);
+        ref += term;
+        magnitude += std::abs(term);
+      }
+      const double got = y[static_cast<size_t>(t * rows + o)];
+      ASSERT_NEAR(got, ref, 2e-6 * magnitude + 1e-6) << "token " << t << " row " << o;
+    }
+  }
+}
+
+// (dtype, rows, cols, n_tokens)
+class GemvBatchTest
+    : public ::testing::TestWithParam<std::tuple<DType, int64_t, int64_t, int64_t>> {};
+
+TEST_P(GemvBatchTest, MatchesDoubleReference) {
+  const auto& [dtype, rows, cols, n_tokens] = GetParam();
+  ExpectGemvBatchMatchesReference(dtype, rows, cols, n_tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemvBatchTest,
+    // rows: below, at, and past multiples of the row tile (2 or 4 rows); cols: below one vector,
+    // partial vector blocks, and the Llama-3.2-1B widths; tokens: below, at and past multiples of
+    // the token tile (4) and of a chunk.
+    ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                       ::testing::Values(1, 7, 13, 64), ::testing::Values(1, 17, 172, 2048, 8192),
+                       ::testing::Values(2, 3, 8, 16, 17, 33)),
+    MatMulName);
+
+TEST(GemvBatchTest, ZeroTokensOrRowsWriteNothing) {
+  const std::vector<uint16_t> w(64, 0x3f80);  // bf16 1.0
+  const std::vector<float> x(64, 1.0f);
+  std::vector<float> y(4, -1.0f);
+  GemvBatchBf16(w.data(), x.data(), 0, 2, 32, y.data());
+  GemvBatchBf16(w.data(), x.data(), 2, 0, 32, y.data());
+  EXPECT_EQ(y, std::vector<float>(4, -1.0f));
+}
+
+// Every compiled SIMD target, as for the GEMV above: the batched kernels directly (all tails)
+// and through MatMul at the batch sizes it sends to them.
+TEST(GemvBatchTest, EveryCompiledTargetMatchesReference) {
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  ASSERT_FALSE(targets.empty());
+  for (int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (int64_t rows : {1, 13}) {
+        for (int64_t cols : {1, 17, 172, 2048}) {
+          for (int64_t n_tokens : {2, 3, 8, 17}) {
+            ExpectGemvBatchMatchesReference(dtype, rows, cols, n_tokens);
+          }
+        }
+      }
+      ExpectGemvBatchMatchesReference(dtype, 5, 8192, 33);
+      ExpectMatMulMatchesReference(dtype, 13, 172, 5);
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(MatMulTest, RejectsBadWeights) {
   const std::vector<float> x(8, 1.0f);
   std::vector<float> y(8);

@@ -1,0 +1,402 @@
+// int4_benchmark: Int4MatMul (the exit river's int4 × f32 kernel) against the single-core
+// streaming-read bandwidth and against the bf16 decode GEMV, at the Llama-3.2-1B shapes.
+//
+//   stream_read:          a SIMD integer sum over one large buffer (as in gemv_benchmark);
+//   bf16/<shape>/n<T>:    kernels::cpu::GemvBf16 once per token (what MatMul runs up to 8 tokens)
+//                         over matrices carved from that buffer, cycling so reads come from DRAM;
+//   int4/<shape>/n<T>:    Int4MatMul over `--int4_mib` MiB of distinct Int4Matrix copies per
+//                         shape (RTN; the kernel does not care), cycling likewise;
+//   int4_t2/<shape>/n1:   the same with threads = 2 (wall time; other rows use CPU time).
+// GB/s counts the bytes of the weights read per call (Int4Matrix::bytes(), bf16 2 bytes/weight),
+// 1 GB = 1e9 bytes. The summary table gives, per shape and token count, the int4 GB/s, its
+// fraction of stream_read, and the time ratio bf16 / int4 (medians over the repetitions).
+//
+// Usage: int4_benchmark [--json] [--pool_mib=N] [--int4_mib=N] [--benchmark_* flags]
+//   By default every benchmark runs 5 times in random order.
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "bench/int4_benchmark.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// Must follow foreach_target.h.
+#include "hwy/highway.h"
+
+#ifndef ESTUARY_BENCH_INT4_BENCHMARK_ONCE
+#define ESTUARY_BENCH_INT4_BENCHMARK_ONCE
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "core/kernels/cpu/kernels.h"
+#include "core/quant/int4_matmul.h"
+#include "core/quant/int4_matrix.h"
+#include "core/tensor/half_float.h"
+#include "core/tensor/tensor.h"
+#include "hwy/aligned_allocator.h"
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace estuary::bench {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Sum of the buffer as u32 lanes, four independent accumulators (same as gemv_benchmark).
+uint32_t StreamSumImpl(const uint8_t* HWY_RESTRICT data, size_t bytes) {
+  const hn::ScalableTag<uint32_t> d;
+  const size_t n = hn::Lanes(d);
+  const auto* p = reinterpret_cast<const uint32_t*>(data);
+  const size_t count = bytes / sizeof(uint32_t);
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  for (size_t i = 0; i + 4 * n <= count; i += 4 * n) {
+    a0 = hn::Add(a0, hn::Load(d, p + i));
+    a1 = hn::Add(a1, hn::Load(d, p + i + n));
+    a2 = hn::Add(a2, hn::Load(d, p + i + 2 * n));
+    a3 = hn::Add(a3, hn::Load(d, p + i + 3 * n));
+  }
+  return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace estuary::bench
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace estuary::bench {
+
+HWY_EXPORT(StreamSumImpl);
+
+namespace {
+
+constexpr double kGB = 1e9;
+
+struct Shape {
+  const char* name;
+  int64_t rows;
+  int64_t cols;
+};
+constexpr Shape kShapes[] = {
+    {"q_o", 2048, 2048},      // attention q and o projections
+    {"k_v", 512, 2048},       // k and v projections
+    {"gate_up", 8192, 2048},  // MLP gate and up
+    {"down", 2048, 8192},     // MLP down
+};
+constexpr int64_t kTokenCounts[] = {1, 4, 16};
+
+// The streaming / bf16 buffer (owned by main()).
+struct Pool {
+  hwy::AlignedFreeUniquePtr<uint16_t[]> data;
+  size_t bytes = 0;
+};
+Pool* g_pool = nullptr;
+// Int4 copies per shape (index into kShapes), owned by main().
+std::vector<std::vector<Int4Matrix>>* g_int4 = nullptr;
+
+void AdviseHuge(void* p, size_t bytes) {
+  constexpr uintptr_t kPage = 4096;
+  const auto begin = (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
+  const auto end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kPage - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+void FillPool(Pool& pool) {
+  // bf16 values of magnitude [0.5, 1) with random signs: no denormals, no NaN.
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  const size_t n = pool.bytes / sizeof(uint16_t);
+  uint16_t* p = pool.data.get();
+  for (size_t i = 0; i < n; ++i) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    p[i] = static_cast<uint16_t>(((state >> 8) & 0x8000u) | (126u << 7) | (state & 0x7Fu));
+  }
+}
+
+std::vector<float> Activations(int64_t n) {
+  std::vector<float> x(static_cast<size_t>(n));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+  return x;
+}
+
+void BM_StreamRead(benchmark::State& state) {
+  const auto* data = reinterpret_cast<const uint8_t*>(g_pool->data.get());
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(HWY_DYNAMIC_DISPATCH(StreamSumImpl)(data, g_pool->bytes));
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(g_pool->bytes));
+}
+
+void BM_Bf16(benchmark::State& state, Shape shape, int64_t n_tokens) {
+  const size_t matrix_elems = static_cast<size_t>(shape.rows * shape.cols);
+  const size_t n_matrices = std::max<size_t>(1, g_pool->bytes / (matrix_elems * 2));
+  const std::vector<float> x = Activations(n_tokens * shape.cols);
+  std::vector<float> y(static_cast<size_t>(n_tokens * shape.rows));
+  size_t next = 0;
+  for (auto _ : state) {
+    const uint16_t* w = g_pool->data.get() + next * matrix_elems;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      kernels::cpu::GemvBf16(w, x.data() + t * shape.cols, shape.rows, shape.cols,
+                             y.data() + t * shape.rows);
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    next = next + 1 == n_matrices ? 0 : next + 1;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(matrix_elems * 2));
+  state.counters["matrices"] = static_cast<double>(n_matrices);
+}
+
+void BM_Int4(benchmark::State& state, size_t shape_index, int64_t n_tokens, int threads) {
+  const Shape& shape = kShapes[shape_index];
+  const std::vector<Int4Matrix>& set = (*g_int4)[shape_index];
+  const std::vector<float> x = Activations(n_tokens * shape.cols);
+  std::vector<float> y(static_cast<size_t>(n_tokens * shape.rows));
+  size_t next = 0;
+  for (auto _ : state) {
+    Int4MatMul(set[next], x.data(), n_tokens, y.data(), threads);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    next = next + 1 == set.size() ? 0 : next + 1;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * set[0].bytes());
+  state.counters["matrices"] = static_cast<double>(set.size());
+}
+
+// Forwards to the display reporter and keeps, per benchmark, every repetition's bytes/s and
+// seconds per iteration (CPU or real time, as the benchmark was registered).
+class CapturingReporter : public benchmark::BenchmarkReporter {
+ public:
+  explicit CapturingReporter(std::unique_ptr<benchmark::BenchmarkReporter> inner)
+      : inner_(std::move(inner)) {}
+
+  bool ReportContext(const Context& context) override { return inner_->ReportContext(context); }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
+      const auto it = run.counters.find("bytes_per_second");
+      if (it != run.counters.end()) rates_[run.run_name.function_name].push_back(it->second.value);
+    }
+    inner_->ReportRuns(runs);
+  }
+  void Finalize() override { inner_->Finalize(); }
+
+  double Median(const std::string& name) const {
+    const auto it = rates_.find(name);
+    if (it == rates_.end() || it->second.empty()) return 0.0;
+    std::vector<double> v = it->second;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  }
+  double Max(const std::string& name) const {
+    const auto it = rates_.find(name);
+    return it == rates_.end() ? 0.0 : *std::max_element(it->second.begin(), it->second.end());
+  }
+  size_t Repetitions(const std::string& name) const {
+    const auto it = rates_.find(name);
+    return it == rates_.end() ? 0 : it->second.size();
+  }
+
+ private:
+  std::unique_ptr<benchmark::BenchmarkReporter> inner_;
+  std::map<std::string, std::vector<double>> rates_;
+};
+
+std::string ShapeName(const Shape& s) {
+  return std::string(s.name) + "/" + std::to_string(s.rows) + "x" + std::to_string(s.cols);
+}
+std::string Bf16Name(const Shape& s, int64_t n) {
+  return "bf16/" + ShapeName(s) + "/n" + std::to_string(n);
+}
+std::string Int4Name(const Shape& s, int64_t n) {
+  return "int4/" + ShapeName(s) + "/n" + std::to_string(n);
+}
+std::string Int4ThreadsName(const Shape& s, int64_t n) {
+  return "int4_t2/" + ShapeName(s) + "/n" + std::to_string(n);
+}
+
+void PrintSummary(const CapturingReporter& r, bool json, double quantize_seconds) {
+  const double stream = r.Median("stream_read");
+  const std::string target = Int4MatMulTargetName();
+  if (json) {
+    std::printf("{\"target\": \"%s\", \"stream_read_gbps\": %.3f, \"stream_read_best_gbps\": "
+                "%.3f, \"rows\": [",
+                target.c_str(), stream / kGB, r.Max("stream_read") / kGB);
+  } else {
+    std::printf("\nInt4MatMul (target %s), single thread unless noted, median of %zu "
+                "repetition(s); stream_read %.2f GB/s (best %.2f)\n",
+                target.c_str(), r.Repetitions("stream_read"), stream / kGB,
+                r.Max("stream_read") / kGB);
+    std::printf("%-24s %3s %10s %9s %10s %10s %11s %12s\n", "shape", "n", "int4 GB/s", "of stream",
+                "int4 us", "bf16 us", "bf16/int4", "int4 t2 GB/s");
+  }
+  bool first = true;
+  for (size_t i = 0; i < std::size(kShapes); ++i) {
+    const Shape& s = kShapes[i];
+    const double int4_bytes = static_cast<double>((*g_int4)[i][0].bytes());
+    const double bf16_bytes = static_cast<double>(s.rows * s.cols * 2);
+    for (int64_t n : kTokenCounts) {
+      const double int4 = r.Median(Int4Name(s, n));
+      const double bf16 = r.Median(Bf16Name(s, n));
+      const double t2 = r.Median(Int4ThreadsName(s, n));
+      if (int4 == 0.0) continue;
+      const double int4_us = int4_bytes / int4 * 1e6;
+      const double bf16_us = bf16 > 0 ? bf16_bytes / bf16 * 1e6 : 0.0;
+      if (json) {
+        std::printf("%s{\"shape\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"n_tokens\": %lld, "
+                    "\"int4_gbps\": %.3f, \"fraction_of_stream\": %.4f, \"int4_us\": %.2f, "
+                    "\"bf16_us\": %.2f, \"bf16_over_int4\": %.3f, \"int4_t2_gbps\": %.3f}",
+                    first ? "" : ", ", s.name, static_cast<long long>(s.rows),
+                    static_cast<long long>(s.cols), static_cast<long long>(n), int4 / kGB,
+                    stream > 0 ? int4 / stream : 0.0, int4_us, bf16_us,
+                    bf16_us > 0 ? bf16_us / int4_us : 0.0, t2 / kGB);
+      } else {
+        char t2_text[32] = "-";
+        if (t2 > 0) std::snprintf(t2_text, sizeof(t2_text), "%.2f", t2 / kGB);
+        std::printf("%-24s %3lld %10.2f %9.2f %10.1f %10.1f %11.2f %12s\n", ShapeName(s).c_str(),
+                    static_cast<long long>(n), int4 / kGB, stream > 0 ? int4 / stream : 0.0,
+                    int4_us, bf16_us, bf16_us > 0 ? bf16_us / int4_us : 0.0, t2_text);
+      }
+      first = false;
+    }
+  }
+  if (json) {
+    std::printf("], \"setup_quantize_seconds\": %.3f}\n", quantize_seconds);
+  } else {
+    std::printf("(bytes per weight: int4 %.4f incl. f16 scale/offset, bf16 2; setup quantized "
+                "the int4 sets (RTN) in %.1f s)\n\n",
+                static_cast<double>((*g_int4)[0][0].bytes()) /
+                    static_cast<double>(kShapes[0].rows * kShapes[0].cols),
+                quantize_seconds);
+  }
+}
+
+// `count` int4 copies of one random bf16 matrix of `shape`.
+bool BuildInt4Set(const Shape& shape, size_t count, std::vector<Int4Matrix>& out) {
+  absl::StatusOr<Tensor> w = Tensor::Zeros(DType::kBF16, {shape.rows, shape.cols});
+  if (!w.ok()) return false;
+  uint16_t* p = w->mutable_data<uint16_t>();
+  uint64_t state = 0x2545F4914F6CDD1Dull;
+  for (int64_t i = 0; i < shape.rows * shape.cols; ++i) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    p[i] = F32ToBf16(static_cast<float>(static_cast<int64_t>(state % 2001) - 1000) * 1e-5f);
+  }
+  Int4QuantOptions options;
+  options.refine = false;
+  for (size_t i = 0; i < count; ++i) {
+    absl::StatusOr<Int4Matrix> m = Int4Matrix::Quantize(*w, options);
+    if (!m.ok()) {
+      std::fprintf(stderr, "quantize: %s\n", std::string(m.status().message()).c_str());
+      return false;
+    }
+    out.push_back(std::move(*m));
+  }
+  return true;
+}
+
+}  // namespace
+}  // namespace estuary::bench
+
+int main(int argc, char** argv) {
+  using namespace estuary::bench;  // NOLINT(build/namespaces)
+  bool json = false;
+  size_t pool_mib = 1024;
+  size_t int4_mib = 256;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (std::strncmp(argv[i], "--pool_mib=", 11) == 0) {
+      pool_mib = static_cast<size_t>(std::strtoull(argv[i] + 11, nullptr, 10));
+    } else if (std::strncmp(argv[i], "--int4_mib=", 11) == 0) {
+      int4_mib = static_cast<size_t>(std::strtoull(argv[i] + 11, nullptr, 10));
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  if (pool_mib < 64 || int4_mib < 16) {
+    std::fprintf(stderr, "--pool_mib must be >= 64 and --int4_mib >= 16\n");
+    return 1;
+  }
+  std::string repetitions = "--benchmark_repetitions=5";
+  std::string interleave = "--benchmark_enable_random_interleaving=true";
+  const auto has_flag = [&](const char* prefix) {
+    return std::any_of(args.begin(), args.end(), [&](const char* arg) {
+      return std::strncmp(arg, prefix, std::strlen(prefix)) == 0;
+    });
+  };
+  if (!has_flag("--benchmark_repetitions")) args.push_back(repetitions.data());
+  if (!has_flag("--benchmark_enable_random_interleaving")) args.push_back(interleave.data());
+  int bench_argc = static_cast<int>(args.size());
+  benchmark::Initialize(&bench_argc, args.data());
+  if (benchmark::ReportUnrecognizedArguments(bench_argc, args.data())) return 1;
+
+  Pool pool;
+  pool.bytes = pool_mib << 20;
+  pool.data = hwy::AllocateAligned<uint16_t>(pool.bytes / sizeof(uint16_t));
+  if (!pool.data) {
+    std::fprintf(stderr, "cannot allocate %zu MiB\n", pool_mib);
+    return 1;
+  }
+  AdviseHuge(pool.data.get(), pool.bytes);
+  FillPool(pool);
+  g_pool = &pool;
+
+  // Int4 sets: int4_mib per shape, at least 4 matrices (total far beyond the L3).
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::vector<estuary::Int4Matrix>> int4(std::size(kShapes));
+  for (size_t i = 0; i < std::size(kShapes); ++i) {
+    const Shape& s = kShapes[i];
+    const double bytes_each = static_cast<double>(s.rows * s.cols) * (4.0 + 32.0 / 64) / 8;
+    const size_t count =
+        std::max<size_t>(4, static_cast<size_t>(static_cast<double>(int4_mib << 20) / bytes_each));
+    if (!BuildInt4Set(s, count, int4[i])) return 1;
+  }
+  const double quantize_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  g_int4 = &int4;
+
+  // Rates per CPU second for single-threaded rows (robust to being descheduled on a shared
+  // machine); the threaded rows use wall time.
+  benchmark::RegisterBenchmark("stream_read", BM_StreamRead)
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(0.3);
+  for (size_t i = 0; i < std::size(kShapes); ++i) {
+    const Shape& s = kShapes[i];
+    for (int64_t n : kTokenCounts) {
+      benchmark::RegisterBenchmark(Bf16Name(s, n).c_str(), BM_Bf16, s, n)
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.2);
+      benchmark::RegisterBenchmark(Int4Name(s, n).c_str(), BM_Int4, i, n, 1)
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.2);
+    }
+    benchmark::RegisterBenchmark(Int4ThreadsName(s, 1).c_str(), BM_Int4, i, int64_t{1}, 2)
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.2)
+        ->UseRealTime();
+  }
+
+  auto console =
+      std::make_unique<benchmark::ConsoleReporter>(benchmark::ConsoleReporter::OO_Tabular);
+  if (json) console->SetOutputStream(&std::cerr);
+  CapturingReporter reporter(std::move(console));
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  PrintSummary(reporter, json, quantize_seconds);
+  benchmark::Shutdown();
+  return 0;
+}
+#endif  // HWY_ONCE

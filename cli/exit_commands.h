@@ -1,0 +1,41 @@
+#pragma once
+// `estuary eval-exit` and `estuary bench-decode`: fidelity and speed of the exit river.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/model/exit_policy.h"
+#include "core/quant/int4_matrix.h"
+#include "decode/bench_decode.h"
+#include "decode/eval_exit.h"
+
+namespace estuary::cli {
+
+struct RiverOptions {
+  Int4QuantOptions quant;
+  ExitPolicy policy;
+};
+
+struct EvalExitCommandOptions {
+  std::string model;
+  std::string prompts_file;  // one prompt per line; blank lines skipped
+  std::vector<float> taus;
+  int max_tokens = 64;
+  RiverOptions river;
+  bool json = false;
+  int threads = 0;
+};
+
+struct BenchDecodeCommandOptions {
+  std::string model;
+  BenchDecodeOptions bench;
+  RiverOptions river;
+  bool json = false;
+  int threads = 0;
+};
+
+absl::Status RunEvalExitCommand(const EvalExitCommandOptions& options);
+absl::Status RunBenchDecodeCommand(const BenchDecodeCommandOptions& options);
+
+}  // namespace estuary::cli

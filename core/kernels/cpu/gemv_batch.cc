@@ -1,0 +1,432 @@
+// Multi-token GEMV Y = X W^T over bf16, f16 and f32 weights, with Highway runtime dispatch.
+//
+// Layouts: w is [rows][cols] row-major, x is [n_tokens][cols], y is [n_tokens][rows].
+//
+// Batched decode multiplies the same weight by a few token vectors. Each weight element is read
+// from memory once per call for up to kChunkTokens tokens: a block of kTileRows consecutive rows
+// is multiplied by every token of the chunk, kTileTokens tokens at a time, so that after the first
+// token tile the block is re-read from L1/L2 rather than from DRAM. Inside a tile each widened
+// weight vector feeds kTileTokens FMAs and each x vector kTileRows FMAs, with one accumulator per
+// (row, token) held in registers. At a handful of tokens the kernel is bound by memory bandwidth;
+// from about 8 tokens on by FMA throughput (one f32 FMA per weight element and token).
+//
+// bf16 uses the same trick as gemv.cc: 2N bf16 loaded as N u32 lanes give the even-indexed
+// elements by `lane << 16` and the odd-indexed ones by `lane & 0xffff0000`, so x is copied once
+// per call into the matching even/odd order (per token, per block of 2N columns). Columns past the
+// last full vector block use a scalar loop, as does the HWY_SCALAR target.
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "core/kernels/cpu/gemv_batch.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// Must follow foreach_target.h.
+#include "hwy/highway.h"
+
+#ifndef ESTUARY_CORE_KERNELS_CPU_GEMV_BATCH_ONCE
+#define ESTUARY_CORE_KERNELS_CPU_GEMV_BATCH_ONCE
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/kernels/cpu/kernels.h"
+#include "core/tensor/half_float.h"
+#include "hwy/aligned_allocator.h"
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace estuary::kernels::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+#ifndef ESTUARY_GEMV_BATCH_ROWS
+#define ESTUARY_GEMV_BATCH_ROWS (HWY_MAX_BYTES >= 64 ? 4 : 2)
+#endif
+#ifndef ESTUARY_GEMV_BATCH_TOKENS
+#define ESTUARY_GEMV_BATCH_TOKENS 4
+#endif
+#ifndef ESTUARY_GEMV_BATCH_CHUNK_BYTES
+#define ESTUARY_GEMV_BATCH_CHUNK_BYTES (256 << 10)
+#endif
+
+// Register tile: kTileRows rows x kTileTokens tokens = that many accumulators. AVX-512 has 32
+// vector registers (16 accumulators + 8 widened weights + 2 x), AVX2 and below 16.
+constexpr int kTileRows = ESTUARY_GEMV_BATCH_ROWS;
+constexpr int kTileTokens = ESTUARY_GEMV_BATCH_TOKENS;
+// Tokens per pass over the weight: as many as keep the pass's x (tokens * cols floats) within
+// kChunkBytes of L2, at least kTileTokens.
+constexpr size_t kChunkBytes = ESTUARY_GEMV_BATCH_CHUNK_BYTES;
+
+[[maybe_unused]] static size_t ChunkTokens(size_t cols, size_t n_tokens) {
+  const size_t fit = kChunkBytes / (std::max<size_t>(cols, 1) * sizeof(float));
+  const size_t tiles = std::max<size_t>(1, fit / kTileTokens);
+  return std::min(n_tokens, tiles * kTileTokens);
+}
+
+// Per-thread scratch for the reordered x; grows to the largest size seen.
+[[maybe_unused]] static float* BatchScratchFloats(size_t n) {
+  thread_local hwy::AlignedFreeUniquePtr<float[]> buffer;
+  thread_local size_t capacity = 0;
+  if (n > capacity) {
+    buffer = hwy::AllocateAligned<float>(n);
+    capacity = n;
+  }
+  return buffer.get();
+}
+
+// Prefetches the cache line at `p` into L2 (prefetcht1 on x86), not L1: measured on Zen 4, L1
+// prefetches of the next row block (prefetcht0, hwy::Prefetch) occupy the few L1 miss buffers for
+// a full DRAM round trip and capped a cold 2048x2048 call at 4 tokens near 12 GB/s; into L2 it
+// ran at 20 GB/s, and the tile's demand loads then miss L1 only to hit L2.
+HWY_INLINE void PrefetchToL2(const void* p) { __builtin_prefetch(p, /*rw=*/0, /*locality=*/2); }
+
+// Weight element decoders for the scalar tails.
+struct Bf16Elem {
+  static float Get(const uint16_t* row, size_t i) { return Bf16ToF32(row[i]); }
+};
+struct F16Elem {
+  static float Get(const uint16_t* row, size_t i) { return F16ToF32(row[i]); }
+};
+struct F32Elem {
+  static float Get(const float* row, size_t i) { return row[i]; }
+};
+
+// Adds the scalar part over columns [begin, end) of every (row, token) of a tile to
+// out[t * R + r]. `w` is the tile's first row, `x` the tile's first token.
+template <class Elem, int R, int T, typename W>
+HWY_INLINE void AddTails(const W* HWY_RESTRICT w, size_t stride, const float* HWY_RESTRICT x,
+                         size_t begin, size_t end, float* HWY_RESTRICT out) {
+  if (begin == end) return;
+  for (int r = 0; r < R; ++r) {
+    const W* row = w + r * stride;
+    for (int t = 0; t < T; ++t) {
+      const float* xt = x + t * stride;
+      float sum = 0.0f;
+      for (size_t i = begin; i < end; ++i) sum += Elem::Get(row, i) * xt[i];
+      out[t * R + r] += sum;
+    }
+  }
+}
+
+// out[t * R + r] = horizontal sum of acc[r][t].
+template <int R, int T>
+HWY_INLINE void ReduceTile(const VF (&acc)[R][T], float* HWY_RESTRICT out) {
+  const DF df;
+  for (int t = 0; t < T; ++t) {
+    for (int r = 0; r < R; ++r) out[t * R + r] = hn::GetLane(hn::SumOfLanes(df, acc[r][t]));
+  }
+}
+
+// Writes out[t * R + r] into y[t][row0 + r] (y row stride `rows`).
+template <int R, int T>
+HWY_INLINE void StoreTile(const float* HWY_RESTRICT out, size_t rows, float* HWY_RESTRICT y) {
+  for (int t = 0; t < T; ++t) {
+    for (int r = 0; r < R; ++r) y[t * rows + r] = out[t * R + r];
+  }
+}
+
+// Runs `runner.Run<T, kPrefetch>(t)` over the `nt` tokens of a chunk: full tiles of kTileTokens,
+// then one tile of the remainder. Only the first tile prefetches the next row block: it is the
+// one that reads the current block from memory, the others find it in L1/L2.
+template <class Runner>
+HWY_INLINE void ForEachTokenTile(size_t nt, const Runner& runner) {
+  size_t t = 0;
+  if (nt >= static_cast<size_t>(kTileTokens)) {
+    runner.template Run<kTileTokens, true>(0);
+    t = kTileTokens;
+  }
+  for (; t + kTileTokens <= nt; t += kTileTokens) runner.template Run<kTileTokens, false>(t);
+  const bool first = t == 0;
+  switch (nt - t) {
+#define ESTUARY_REMAINDER_TILE(TT)                                      \
+  case TT:                                                              \
+    if constexpr (TT < kTileTokens) {                                   \
+      if (first) {                                                      \
+        runner.template Run<TT, true>(t);                               \
+      } else {                                                          \
+        runner.template Run<TT, false>(t);                              \
+      }                                                                 \
+    }                                                                   \
+    break;
+    ESTUARY_REMAINDER_TILE(1)
+    ESTUARY_REMAINDER_TILE(2)
+    ESTUARY_REMAINDER_TILE(3)
+    ESTUARY_REMAINDER_TILE(4)
+    ESTUARY_REMAINDER_TILE(5)
+    ESTUARY_REMAINDER_TILE(6)
+    ESTUARY_REMAINDER_TILE(7)
+#undef ESTUARY_REMAINDER_TILE
+    default:
+      break;
+  }
+}
+
+#if HWY_TARGET == HWY_SCALAR
+// One lane cannot hold a pair of bf16, and there is nothing to tile: plain loops.
+template <class Elem, typename W>
+void ScalarBatch(const W* HWY_RESTRICT w, const float* HWY_RESTRICT x, int64_t n_tokens,
+                 int64_t rows, int64_t cols, float* HWY_RESTRICT y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      float sum = 0.0f;
+      for (int64_t i = 0; i < cols; ++i) sum += Elem::Get(w + r * cols, i) * x[t * cols + i];
+      y[t * rows + r] = sum;
+    }
+  }
+}
+
+void GemvBatchBf16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x,
+                       int64_t n_tokens, int64_t rows, int64_t cols, float* HWY_RESTRICT y) {
+  ScalarBatch<Bf16Elem>(w, x, n_tokens, rows, cols, y);
+}
+void GemvBatchF16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x,
+                      int64_t n_tokens, int64_t rows, int64_t cols, float* HWY_RESTRICT y) {
+  ScalarBatch<F16Elem>(w, x, n_tokens, rows, cols, y);
+}
+void GemvBatchF32Impl(const float* HWY_RESTRICT w, const float* HWY_RESTRICT x, int64_t n_tokens,
+                      int64_t rows, int64_t cols, float* HWY_RESTRICT y) {
+  ScalarBatch<F32Elem>(w, x, n_tokens, rows, cols, y);
+}
+#else
+
+// ---------------------------------------------------------------------------------------------
+// bf16
+
+// R rows x T tokens over columns [0, main) (a multiple of 2N). `w` is the first row (row stride
+// `stride`), `xe` the first token's reordered x (token stride `xe_stride`).
+template <int R, int T, bool kPrefetch>
+HWY_INLINE void Bf16Tile(const uint16_t* HWY_RESTRICT w, size_t stride,
+                         const float* HWY_RESTRICT xe, size_t xe_stride, size_t main,
+                         const uint16_t* prefetch, float* HWY_RESTRICT out) {
+  const DF df;
+  const hn::RebindToUnsigned<DF> du32;
+  const hn::Repartition<uint16_t, DF> du16;
+  const size_t n = hn::Lanes(df);
+  const auto hi_mask = hn::Set(du32, 0xFFFF0000u);
+  VF acc[R][T];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) acc[r][t] = hn::Zero(df);
+  }
+  for (size_t i = 0; i < main; i += 2 * n) {
+    VF even[R];
+    VF odd[R];
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kPrefetch) PrefetchToL2(prefetch + r * stride + i);
+      const auto raw = hn::BitCast(du32, hn::LoadU(du16, w + r * stride + i));
+      even[r] = hn::BitCast(df, hn::ShiftLeft<16>(raw));
+      odd[r] = hn::BitCast(df, hn::And(raw, hi_mask));
+    }
+    for (int t = 0; t < T; ++t) {
+      const VF x_even = hn::Load(df, xe + t * xe_stride + i);
+      const VF x_odd = hn::Load(df, xe + t * xe_stride + i + n);
+      for (int r = 0; r < R; ++r) {
+        acc[r][t] = hn::MulAdd(even[r], x_even, acc[r][t]);
+        acc[r][t] = hn::MulAdd(odd[r], x_odd, acc[r][t]);
+      }
+    }
+  }
+  ReduceTile<R, T>(acc, out);
+}
+
+// One tile of R rows x T tokens starting at token t of the chunk: the vector part, the scalar
+// tails, the store. `x` is the chunk's first token in the caller's layout, `xe` the same tokens
+// reordered (token stride `main`), `y` the chunk's first output row at the block's first row
+// column, `prefetch` the first row of the next row block.
+template <int R>
+struct Bf16TileRunner {
+  const uint16_t* w;
+  size_t cols;
+  const float* x;
+  const float* xe;
+  size_t main;
+  size_t rows;
+  float* y;
+  const uint16_t* prefetch;
+
+  template <int T, bool kPrefetch>
+  HWY_INLINE void Run(size_t t) const {
+    float out[R * T];
+    Bf16Tile<R, T, kPrefetch>(w, cols, xe + t * main, main, main, prefetch, out);
+    AddTails<Bf16Elem, R, T>(w, cols, x + t * cols, main, cols, out);
+    StoreTile<R, T>(out, rows, y + t * rows);
+  }
+};
+
+void GemvBatchBf16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x,
+                       int64_t n_tokens, int64_t rows, int64_t cols, float* HWY_RESTRICT y) {
+  const DF df;
+  const size_t n = hn::Lanes(df);
+  const size_t c = static_cast<size_t>(cols);
+  const size_t r_count = static_cast<size_t>(rows);
+  const size_t main = c - c % (2 * n);
+  const size_t chunk = ChunkTokens(c, static_cast<size_t>(n_tokens));
+  float* xe = BatchScratchFloats(chunk * main + 2 * n);
+  for (size_t t0 = 0; t0 < static_cast<size_t>(n_tokens); t0 += chunk) {
+    const size_t nt = std::min(chunk, static_cast<size_t>(n_tokens) - t0);
+    const float* xc = x + t0 * c;
+    // xe[t][b + j] = x[t][b + 2j], xe[t][b + n + j] = x[t][b + 2j + 1] per block b of 2n.
+    for (size_t t = 0; t < nt; ++t) {
+      const float* src = xc + t * c;
+      float* dst = xe + t * main;
+      for (size_t b = 0; b < main; b += 2 * n) {
+        for (size_t j = 0; j < n; ++j) {
+          dst[b + j] = src[b + 2 * j];
+          dst[b + n + j] = src[b + 2 * j + 1];
+        }
+      }
+    }
+    float* yc = y + t0 * r_count;
+    // Each block prefetches the next one; the last prefetches itself (already cached).
+    size_t r = 0;
+    for (; r + kTileRows <= r_count; r += kTileRows) {
+      const size_t next = r + 2 * kTileRows <= r_count ? r + kTileRows : r;
+      ForEachTokenTile(nt, Bf16TileRunner<kTileRows>{w + r * c, c, xc, xe, main, r_count, yc + r,
+                                                     w + next * c});
+    }
+    for (; r < r_count; ++r) {
+      const size_t next = r + 1 < r_count ? r + 1 : r;
+      ForEachTokenTile(nt, Bf16TileRunner<1>{w + r * c, c, xc, xe, main, r_count, yc + r,
+                                             w + next * c});
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// f32 and f16: one weight vector is N consecutive elements, x is read in place.
+
+// Loads N weights of row `row` at column i as f32.
+struct F32Loader {
+  using W = float;
+  static VF Load(const float* HWY_RESTRICT row, size_t i) { return hn::LoadU(DF(), row + i); }
+};
+struct F16Loader {
+  using W = uint16_t;
+  static VF Load(const uint16_t* HWY_RESTRICT row, size_t i) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(DF(), hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + i));
+  }
+};
+
+// R rows x T tokens over columns [0, main) (a multiple of N). `w` is the first row and `x` the
+// first token (both of stride `stride`), `prefetch` the first row of the next row block.
+template <class Loader, int R, int T, bool kPrefetch>
+HWY_INLINE void WideTile(const typename Loader::W* HWY_RESTRICT w, size_t stride,
+                         const float* HWY_RESTRICT x, size_t main,
+                         const typename Loader::W* prefetch, float* HWY_RESTRICT out) {
+  const DF df;
+  const size_t n = hn::Lanes(df);
+  // Elements per cache line: one prefetch per row per line.
+  constexpr size_t kLine = 64 / sizeof(typename Loader::W);
+  VF acc[R][T];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) acc[r][t] = hn::Zero(df);
+  }
+  for (size_t i = 0; i < main; i += n) {
+    VF wv[R];
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kPrefetch) {
+        if (i % kLine == 0) PrefetchToL2(prefetch + r * stride + i);
+      }
+      wv[r] = Loader::Load(w + r * stride, i);
+    }
+    for (int t = 0; t < T; ++t) {
+      const VF xv = hn::LoadU(df, x + t * stride + i);
+      for (int r = 0; r < R; ++r) acc[r][t] = hn::MulAdd(wv[r], xv, acc[r][t]);
+    }
+  }
+  ReduceTile<R, T>(acc, out);
+}
+
+// As Bf16TileRunner, for f32 / f16 weights (x read in place).
+template <class Loader, class Elem, int R>
+struct WideTileRunner {
+  using W = typename Loader::W;
+  const W* w;
+  size_t cols;
+  const float* x;
+  size_t main;
+  size_t rows;
+  float* y;
+  const W* prefetch;
+
+  template <int T, bool kPrefetch>
+  HWY_INLINE void Run(size_t t) const {
+    float out[R * T];
+    WideTile<Loader, R, T, kPrefetch>(w, cols, x + t * cols, main, prefetch, out);
+    AddTails<Elem, R, T>(w, cols, x + t * cols, main, cols, out);
+    StoreTile<R, T>(out, rows, y + t * rows);
+  }
+};
+
+template <class Loader, class Elem>
+void WideBatch(const typename Loader::W* HWY_RESTRICT w, const float* HWY_RESTRICT x,
+               int64_t n_tokens, int64_t rows, int64_t cols, float* HWY_RESTRICT y) {
+  const DF df;
+  const size_t n = hn::Lanes(df);
+  const size_t c = static_cast<size_t>(cols);
+  const size_t r_count = static_cast<size_t>(rows);
+  const size_t main = c - c % n;
+  const size_t chunk = ChunkTokens(c, static_cast<size_t>(n_tokens));
+  for (size_t t0 = 0; t0 < static_cast<size_t>(n_tokens); t0 += chunk) {
+    const size_t nt = std::min(chunk, static_cast<size_t>(n_tokens) - t0);
+    const float* xc = x + t0 * c;
+    float* yc = y + t0 * r_count;
+    size_t r = 0;
+    for (; r + kTileRows <= r_count; r += kTileRows) {
+      const size_t next = r + 2 * kTileRows <= r_count ? r + kTileRows : r;
+      ForEachTokenTile(nt, WideTileRunner<Loader, Elem, kTileRows>{w + r * c, c, xc, main, r_count,
+                                                                   yc + r, w + next * c});
+    }
+    for (; r < r_count; ++r) {
+      const size_t next = r + 1 < r_count ? r + 1 : r;
+      ForEachTokenTile(
+          nt, WideTileRunner<Loader, Elem, 1>{w + r * c, c, xc, main, r_count, yc + r, w + next * c});
+    }
+  }
+}
+
+void GemvBatchF32Impl(const float* HWY_RESTRICT w, const float* HWY_RESTRICT x, int64_t n_tokens,
+                      int64_t rows, int64_t cols, float* HWY_RESTRICT y) {
+  WideBatch<F32Loader, F32Elem>(w, x, n_tokens, rows, cols, y);
+}
+
+void GemvBatchF16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x,
+                      int64_t n_tokens, int64_t rows, int64_t cols, float* HWY_RESTRICT y) {
+  WideBatch<F16Loader, F16Elem>(w, x, n_tokens, rows, cols, y);
+}
+
+#endif  // HWY_TARGET == HWY_SCALAR
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace estuary::kernels::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace estuary::kernels::cpu {
+
+HWY_EXPORT(GemvBatchBf16Impl);
+HWY_EXPORT(GemvBatchF32Impl);
+HWY_EXPORT(GemvBatchF16Impl);
+
+void GemvBatchBf16(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows,
+                   int64_t cols, float* y) {
+  if (n_tokens <= 0 || rows <= 0) return;
+  HWY_DYNAMIC_DISPATCH(GemvBatchBf16Impl)(w, x, n_tokens, rows, cols, y);
+}
+
+void GemvBatchF32(const float* w, const float* x, int64_t n_tokens, int64_t rows, int64_t cols,
+                  float* y) {
+  if (n_tokens <= 0 || rows <= 0) return;
+  HWY_DYNAMIC_DISPATCH(GemvBatchF32Impl)(w, x, n_tokens, rows, cols, y);
+}
+
+void GemvBatchF16(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows,
+                  int64_t cols, float* y) {
+  if (n_tokens <= 0 || rows <= 0) return;
+  HWY_DYNAMIC_DISPATCH(GemvBatchF16Impl)(w, x, n_tokens, rows, cols, y);
+}
+
+}  // namespace estuary::kernels::cpu
+#endif  // HWY_ONCE

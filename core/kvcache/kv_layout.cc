@@ -1,0 +1,41 @@
+#include "core/kvcache/kv_layout.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace estuary {
+namespace {
+
+absl::Status CheckRange(const char* field, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV layout: ", field, " = ", value, " is outside [", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+KvLayout KvLayout::FromConfig(const LlamaConfig& config, int block_size) {
+  KvLayout layout;
+  layout.n_layers = config.n_layers;
+  layout.n_kv_heads = config.n_kv_heads;
+  layout.head_dim = config.head_dim;
+  layout.block_size = block_size;
+  return layout;
+}
+
+absl::Status KvLayout::Validate() const {
+  // n_layers <= 255: provenance stores a layer index in a byte, 255 meaning "full depth", and the
+  // last layer index is n_layers - 1 <= 254. The other bounds keep page_bytes() below 2^47.
+  for (const absl::Status& s : {
+           CheckRange("n_layers", n_layers, 1, 255),
+           CheckRange("n_kv_heads", n_kv_heads, 1, 1024),
+           CheckRange("head_dim", head_dim, 1, 1024),
+           CheckRange("block_size", block_size, 1, 1024),
+       }) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace estuary

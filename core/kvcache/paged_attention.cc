@@ -1,0 +1,99 @@
+#include "core/kvcache/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace estuary {
+namespace {
+
+// Dot product with eight independent partial sums (the compiler vectorizes it; the additions do
+// not form one dependency chain). Same summation order as kernels::cpu::CausalAttention.
+inline float Dot(const float* a, const float* b, int n) {
+  float partial[8] = {};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) partial[j] += a[i + j] * b[i + j];
+  }
+  float sum = 0.0f;
+  for (; i < n; ++i) sum += a[i] * b[i];
+  for (float p : partial) sum += p;
+  return sum;
+}
+
+// Numerically stable softmax in place (as kernels::cpu::Softmax).
+void Softmax(float* x, int n) {
+  const float max_value = *std::max_element(x, x + n);
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max_value);
+    sum += x[i];
+  }
+  const float inv_sum = 1.0f / sum;
+  for (int i = 0; i < n; ++i) x[i] *= inv_sum;
+}
+
+}  // namespace
+
+void PagedAttention(const float* q, int n_queries, int start_pos, const KvPool& pool,
+                    absl::Span<const int32_t> pages, int layer, int n_heads, float* out) {
+  const KvLayout& layout = pool.layout();
+  const int n_kv_heads = layout.n_kv_heads;
+  const int head_dim = layout.head_dim;
+  const int block = layout.block_size;
+  if (n_queries <= 0 || n_heads <= 0 || start_pos < 0) return;
+  const int group = std::max(1, n_heads / n_kv_heads);  // query heads per kv head
+  const int64_t q_stride = static_cast<int64_t>(n_heads) * head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int max_pos = start_pos + n_queries;
+
+  // scores[g][p]: the attention row of the g-th query head of the current KV head.
+  thread_local std::vector<float> scores;
+  scores.resize(static_cast<size_t>(group) * static_cast<size_t>(max_pos));
+
+  for (int t = 0; t < n_queries; ++t) {
+    const int n_pos = start_pos + t + 1;  // positions [0, start_pos + t]
+    const int n_pages = (n_pos + block - 1) / block;
+    for (int kvh = 0; kvh * group < n_heads && kvh < n_kv_heads; ++kvh) {
+      const int h0 = kvh * group;
+      const int n_group = std::min(group, n_heads - h0);
+      const float* q0 = q + t * q_stride + static_cast<int64_t>(h0) * head_dim;
+      float* o0 = out + t * q_stride + static_cast<int64_t>(h0) * head_dim;
+
+      // Scores: each K row (one slot of one page) is read once for all heads of the group.
+      for (int pi = 0; pi < n_pages; ++pi) {
+        const float* kp = pool.k(layer, pages[static_cast<size_t>(pi)], kvh);
+        const int p0 = pi * block;
+        const int slots = std::min(block, n_pos - p0);
+        for (int s = 0; s < slots; ++s) {
+          const float* krow = kp + static_cast<int64_t>(s) * head_dim;
+          for (int g = 0; g < n_group; ++g) {
+            scores[static_cast<size_t>(g) * max_pos + p0 + s] =
+                Dot(q0 + static_cast<int64_t>(g) * head_dim, krow, head_dim) * scale;
+          }
+        }
+      }
+      for (int g = 0; g < n_group; ++g) {
+        Softmax(scores.data() + static_cast<size_t>(g) * max_pos, n_pos);
+      }
+
+      // Weighted sum of V, positions in ascending order.
+      std::fill_n(o0, static_cast<int64_t>(n_group) * head_dim, 0.0f);
+      for (int pi = 0; pi < n_pages; ++pi) {
+        const float* vp = pool.v(layer, pages[static_cast<size_t>(pi)], kvh);
+        const int p0 = pi * block;
+        const int slots = std::min(block, n_pos - p0);
+        for (int s = 0; s < slots; ++s) {
+          const float* vrow = vp + static_cast<int64_t>(s) * head_dim;
+          for (int g = 0; g < n_group; ++g) {
+            const float a = scores[static_cast<size_t>(g) * max_pos + p0 + s];
+            float* oh = o0 + static_cast<int64_t>(g) * head_dim;
+            for (int i = 0; i < head_dim; ++i) oh[i] += a * vrow[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace estuary

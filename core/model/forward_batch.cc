@@ -1,0 +1,212 @@
+#include "core/model/forward_batch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/kernels/cpu/kernels.h"
+#include "core/model/decoder_layer.h"
+
+namespace estuary {
+namespace {
+
+absl::Status ValidateEntries(const LlamaModel& model, absl::Span<const BatchEntry> entries,
+                             absl::Span<float> logits, absl::Span<EntryOutcome> outcomes) {
+  const LlamaConfig& c = model.config();
+  if (entries.empty()) return absl::InvalidArgumentError("empty batch");
+  if (outcomes.size() != entries.size()) {
+    return absl::InvalidArgumentError("one outcome per batch entry is needed");
+  }
+  size_t with_logits = 0;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const BatchEntry& entry = entries[e];
+    if (entry.tokens.empty() || entry.kv == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("batch entry ", e, " has no tokens or KV"));
+    }
+    const int64_t end = int64_t{entry.start_pos} + static_cast<int64_t>(entry.tokens.size());
+    if (entry.start_pos < 0 || end > entry.kv->capacity() || end > c.max_seq_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch entry ", e, ": positions [", entry.start_pos, ", ", end,
+          ") exceed the KV capacity ", entry.kv->capacity(), " or the context ", c.max_seq_len));
+    }
+    with_logits += entry.want_logits;
+  }
+  if (logits.size() != with_logits * static_cast<size_t>(c.vocab_size)) {
+    return absl::InvalidArgumentError("logits buffer does not match the entries wanting logits");
+  }
+  return absl::OkStatus();
+}
+
+float Cosine(const float* a, const float* b, int64_t n) {
+  double dot = 0.0, na = 0.0, nb = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    dot += static_cast<double>(a[i]) * b[i];
+    na += static_cast<double>(a[i]) * a[i];
+    nb += static_cast<double>(b[i]) * b[i];
+  }
+  if (na == 0.0 || nb == 0.0) return 0.0f;
+  return static_cast<float>(dot / std::sqrt(na * nb));
+}
+
+// The rows of `x` ([rows][dim]) that belong to the selected entries, gathered contiguously.
+struct Group {
+  std::vector<const BatchEntry*> entries;
+  std::vector<size_t> entry_index;  // into the batch
+  std::vector<float> x;             // [group rows][dim]
+  int64_t rows = 0;
+};
+
+void Gather(absl::Span<const BatchEntry> entries, const std::vector<int64_t>& row_offset,
+            const std::vector<bool>& select, const std::vector<float>& x, int64_t dim,
+            Group& group) {
+  group = Group();
+  for (size_t e = 0; e < entries.size(); ++e) {
+    if (!select[e]) continue;
+    const int64_t n = static_cast<int64_t>(entries[e].tokens.size());
+    group.entries.push_back(&entries[e]);
+    group.entry_index.push_back(e);
+    group.x.insert(group.x.end(), x.begin() + row_offset[e] * dim,
+                   x.begin() + (row_offset[e] + n) * dim);
+    group.rows += n;
+  }
+}
+
+void Scatter(const Group& group, const std::vector<int64_t>& row_offset, int64_t dim,
+             std::vector<float>& x) {
+  int64_t row = 0;
+  for (size_t g = 0; g < group.entries.size(); ++g) {
+    const int64_t n = static_cast<int64_t>(group.entries[g]->tokens.size());
+    std::copy_n(group.x.begin() + row * dim, n * dim,
+                x.begin() + row_offset[group.entry_index[g]] * dim);
+    row += n;
+  }
+}
+
+}  // namespace
+
+absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> entries,
+                          const ForwardOptions& options, absl::Span<float> logits,
+                          absl::Span<EntryOutcome> outcomes) {
+  namespace k = kernels::cpu;
+  ESTUARY_RETURN_IF_ERROR(ValidateEntries(model, entries, logits, outcomes));
+  const LlamaConfig& c = model.config();
+  const int n_layers = c.n_layers;
+  const int64_t dim = c.dim;
+  const River* river = options.river;
+  if (river != nullptr) ESTUARY_RETURN_IF_ERROR(options.policy.Validate(n_layers));
+  const int forced_exit = river != nullptr ? options.policy.ForcedExitAfter(n_layers) : n_layers;
+
+  // Embed every token of the batch: x is [rows][dim], entries' tokens in order.
+  std::vector<int64_t> row_offset(entries.size());
+  std::vector<int32_t> all_tokens;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    row_offset[e] = static_cast<int64_t>(all_tokens.size());
+    all_tokens.insert(all_tokens.end(), entries[e].tokens.begin(), entries[e].tokens.end());
+  }
+  const int64_t rows = static_cast<int64_t>(all_tokens.size());
+  std::vector<float> x(rows * dim);
+  ESTUARY_RETURN_IF_ERROR(k::Embedding(model.weights().embedding, all_tokens, x.data()));
+
+  std::vector<bool> on_river(entries.size(), false);
+  for (EntryOutcome& o : outcomes) o.backbone_layers = n_layers;
+  std::vector<float> similarity(entries.size());
+  Group group;
+
+  for (int l = 0; l < n_layers; ++l) {
+    // Exit decisions before layer l, from the similarity of layer l - 1 (absorbing).
+    const bool forced = l >= forced_exit;
+    const bool may_exit = river != nullptr && l >= std::max(1, options.policy.min_backbone_layers);
+    float batch_margin = std::numeric_limits<float>::infinity();
+    if (may_exit && options.policy.rule == ExitRule::kBatchMin) {
+      for (size_t e = 0; e < entries.size(); ++e) {
+        if (!on_river[e]) {
+          batch_margin = std::min(batch_margin, similarity[e] - entries[e].exit_threshold);
+        }
+      }
+    }
+    for (size_t e = 0; e < entries.size(); ++e) {
+      if (on_river[e]) continue;
+      const float margin = options.policy.rule == ExitRule::kBatchMin
+                               ? batch_margin
+                               : similarity[e] - entries[e].exit_threshold;
+      if (forced || (may_exit && margin > 0.0f)) {
+        on_river[e] = true;
+        outcomes[e].backbone_layers = l;
+      }
+    }
+    if (river != nullptr && !river->has_layer(l) &&
+        std::any_of(on_river.begin(), on_river.end(), [](bool b) { return b; })) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("layer ", l, " has no river copy (river starts at layer ",
+                       river->first_layer(), ")"));
+    }
+
+    // Backbone group: keep the input for the similarity.
+    std::vector<bool> backbone(entries.size());
+    for (size_t e = 0; e < entries.size(); ++e) backbone[e] = !on_river[e];
+    Gather(entries, row_offset, backbone, x, dim, group);
+    if (group.rows > 0) {
+      const std::vector<float> h_in = group.x;
+      ESTUARY_RETURN_IF_ERROR(RunDecoderLayer(model, l, model.backbone_projections(l),
+                                              group.entries, group.x.data(), group.rows));
+      int64_t row = 0;
+      for (size_t g = 0; g < group.entries.size(); ++g) {
+        const int64_t n = static_cast<int64_t>(group.entries[g]->tokens.size());
+        float s = std::numeric_limits<float>::infinity();
+        for (int64_t t = row; t < row + n; ++t) {
+          s = std::min(s, Cosine(h_in.data() + t * dim, group.x.data() + t * dim, dim));
+        }
+        similarity[group.entry_index[g]] = s;
+        row += n;
+      }
+      Scatter(group, row_offset, dim, x);
+      if (options.probe != nullptr) options.probe->OnBackboneLayer(l, similarity);
+    }
+
+    // River group.
+    Gather(entries, row_offset, on_river, x, dim, group);
+    if (group.rows > 0) {
+      KvTap tap;
+      if (options.probe != nullptr) {
+        tap = [&](int g, const float* normed, const float* kk, const float* vv) {
+          const BatchEntry& e = *group.entries[static_cast<size_t>(g)];
+          options.probe->OnRiverLayer(l, static_cast<int>(group.entry_index[static_cast<size_t>(g)]),
+                                      static_cast<int>(e.tokens.size()), e.start_pos, normed, kk,
+                                      vv);
+        };
+      }
+      ESTUARY_RETURN_IF_ERROR(RunDecoderLayer(model, l, river->projections(l), group.entries,
+                                              group.x.data(), group.rows, tap));
+      Scatter(group, row_offset, dim, x);
+    }
+  }
+
+  // Provenance of every written position: its last backbone layer.
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const int ran = outcomes[e].backbone_layers;
+    const uint8_t provenance = ran == n_layers ? kProvenanceFullDepth
+                               : ran == 0      ? kProvenanceNoBackbone
+                                               : static_cast<uint8_t>(ran - 1);
+    for (size_t t = 0; t < entries[e].tokens.size(); ++t) {
+      entries[e].kv->SetProvenance(entries[e].start_pos + static_cast<int>(t), provenance);
+    }
+  }
+
+  // Final norm and LM head for the last token of each entry that wants logits.
+  std::vector<float> last_rows;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    if (!entries[e].want_logits) continue;
+    const int64_t last = row_offset[e] + static_cast<int64_t>(entries[e].tokens.size()) - 1;
+    last_rows.insert(last_rows.end(), x.begin() + last * dim, x.begin() + (last + 1) * dim);
+  }
+  const int64_t n_logits = static_cast<int64_t>(last_rows.size()) / dim;
+  if (n_logits == 0) return absl::OkStatus();
+  std::vector<float> normed(last_rows.size());
+  k::RmsNorm(last_rows.data(), model.weights().final_norm, n_logits, dim, c.rms_eps,
+             normed.data());
+  return k::MatMul(model.weights().lm_head, normed.data(), n_logits, logits.data());
+}
+
+}  // namespace estuary

@@ -1,0 +1,64 @@
+#pragma once
+// ForwardBatch: one forward step over several sequences at once, each contributing a run of
+// consecutive tokens (one token for a decode step, many for a prefill chunk), with the exit river
+// (design §5). This is the only implementation of the Llama forward pass: LlamaModel::Forward,
+// the decode engine and `estuary eval-exit` all call it.
+//
+// Per layer, every sequence runs either the backbone (dense weights) or, once it has exited, the
+// river (int4). After each backbone layer the state-transition similarity s = cos(h_in, h_out)
+// of each token decides exits under ExitPolicy. A sequence's similarity is the minimum over its
+// tokens, so a prefill chunk exits only when all its tokens would. KV of every layer is written
+// through the sequence's KvView, whichever path computed it, and each position's provenance
+// records its last backbone layer.
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "core/model/exit_policy.h"
+#include "core/model/kv_view.h"
+#include "core/model/llama_model.h"
+#include "core/model/river.h"
+
+namespace estuary {
+
+struct BatchEntry {
+  absl::Span<const int32_t> tokens;  // non-empty; ids inside the vocabulary
+  int start_pos = 0;                 // position of tokens[0]
+  KvView* kv = nullptr;              // the sequence's cache; capacity >= start_pos + size
+  float exit_threshold = 2.0f;       // τ of this request; above 1 never exits
+  bool want_logits = true;           // logits of the last token
+};
+
+struct EntryOutcome {
+  int backbone_layers = 0;  // layers run on the backbone (n_layers when it never exited)
+};
+
+// Optional observer for evaluation (eval-exit): sees each layer's result per entry. Not called
+// on the serving path unless set.
+class ForwardProbe {
+ public:
+  virtual ~ForwardProbe() = default;
+  // After `layer` ran on the river for entry `e`: the river's K and V of its tokens, and the
+  // layer input (normalized) so the probe can compute what the backbone would have written.
+  virtual void OnRiverLayer(int layer, int entry, int n_tokens, int start_pos,
+                            const float* normed_input, const float* k, const float* v) {}
+  // After a backbone layer: per-entry similarity (min over the entry's tokens).
+  virtual void OnBackboneLayer(int layer, absl::Span<const float> similarity) {}
+};
+
+struct ForwardOptions {
+  const River* river = nullptr;  // no river: every layer on the backbone
+  ExitPolicy policy;
+  ForwardProbe* probe = nullptr;
+};
+
+// Runs the step. `logits` holds vocab_size floats per entry with want_logits, in entry order.
+// `outcomes` has one element per entry. INVALID_ARGUMENT for bad ids, positions or sizes;
+// FAILED_PRECONDITION when a forced exit needs a river layer the river lacks.
+absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> entries,
+                          const ForwardOptions& options, absl::Span<float> logits,
+                          absl::Span<EntryOutcome> outcomes);
+
+}  // namespace estuary

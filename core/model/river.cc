@@ -1,0 +1,73 @@
+#include "core/model/river.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/common/logging.h"
+#include "core/common/status_macros.h"
+
+namespace estuary {
+
+absl::StatusOr<std::unique_ptr<River>> River::Build(const LlamaWeights& weights,
+                                                    const Int4QuantOptions& options,
+                                                    int first_layer) {
+  const int n_layers = static_cast<int>(weights.layers.size());
+  if (first_layer < 0 || first_layer > n_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("river first layer ", first_layer, " outside [0, ", n_layers, "]"));
+  }
+  const absl::Time start = absl::Now();
+  std::unique_ptr<River> river(new River(options, first_layer));
+  for (int l = first_layer; l < n_layers; ++l) {
+    const LlamaLayerWeights& w = weights.layers[static_cast<size_t>(l)];
+    ESTUARY_ASSIGN_OR_RETURN(Int4Matrix wq, Int4Matrix::Quantize(w.wq, options));
+    ESTUARY_ASSIGN_OR_RETURN(Int4Matrix wk, Int4Matrix::Quantize(w.wk, options));
+    ESTUARY_ASSIGN_OR_RETURN(Int4Matrix wv, Int4Matrix::Quantize(w.wv, options));
+    ESTUARY_ASSIGN_OR_RETURN(Int4Matrix wo, Int4Matrix::Quantize(w.wo, options));
+    ESTUARY_ASSIGN_OR_RETURN(Int4Matrix w_gate, Int4Matrix::Quantize(w.w_gate, options));
+    ESTUARY_ASSIGN_OR_RETURN(Int4Matrix w_up, Int4Matrix::Quantize(w.w_up, options));
+    ESTUARY_ASSIGN_OR_RETURN(Int4Matrix w_down, Int4Matrix::Quantize(w.w_down, options));
+    river->layers_.push_back(Layer{std::move(wq), std::move(wk), std::move(wv), std::move(wo),
+                                   std::move(w_gate), std::move(w_up), std::move(w_down)});
+  }
+  ESTUARY_LOG(INFO) << "exit river: " << (n_layers - first_layer) << " layers quantized to int4 "
+                    << "(group " << options.group_size << (options.refine ? ", refined" : ", RTN")
+                    << ") in " << absl::ToDoubleSeconds(absl::Now() - start) << " s, "
+                    << river->bytes() << " bytes";
+  return river;
+}
+
+LayerProjections River::projections(int layer) const {
+  const Layer& l = layers_[static_cast<size_t>(layer - first_layer_)];
+  return LayerProjections{Linear::Int4(l.wq),     Linear::Int4(l.wk),   Linear::Int4(l.wv),
+                          Linear::Int4(l.wo),     Linear::Int4(l.w_gate), Linear::Int4(l.w_up),
+                          Linear::Int4(l.w_down)};
+}
+
+const Int4Matrix& River::matrix(int layer, RiverProjection which) const {
+  const Layer& l = layers_[static_cast<size_t>(layer - first_layer_)];
+  switch (which) {
+    case RiverProjection::kQ:
+      return l.wq;
+    case RiverProjection::kK:
+      return l.wk;
+    case RiverProjection::kV:
+      return l.wv;
+    case RiverProjection::kO:
+      return l.wo;
+    case RiverProjection::kGate:
+      return l.w_gate;
+    case RiverProjection::kUp:
+      return l.w_up;
+    case RiverProjection::kDown:
+      return l.w_down;
+  }
+  return l.wq;
+}
+
+int64_t River::bytes() const {
+  int64_t total = 0;
+  for (int l = first_layer_; l < n_layers(); ++l) total += layer_bytes(l);
+  return total;
+}
+
+}  // namespace estuary

@@ -1,0 +1,52 @@
+#pragma once
+// River: the exit river of a model (design §5): every decoder layer's seven projections
+// quantized to int4 per group. Norms, RoPE, embedding and LM head are shared with the backbone,
+// not copied. Built once at load; immutable afterwards and safe to read from many threads.
+// Owns its int4 matrices; the LlamaModel it was built from must outlive it only for the
+// duration of Build().
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/model/linear.h"
+#include "core/model/llama_weights.h"
+#include "core/quant/int4_matrix.h"
+
+namespace estuary {
+
+enum class RiverProjection : uint8_t { kQ, kK, kV, kO, kGate, kUp, kDown };
+
+class River {
+ public:
+  // Quantizes layers [first_layer, n_layers) of `weights`. Layers below `first_layer` have no
+  // river copy (a token cannot exit before them). Logs the time taken and the bytes.
+  static absl::StatusOr<std::unique_ptr<River>> Build(const LlamaWeights& weights,
+                                                      const Int4QuantOptions& options,
+                                                      int first_layer = 0);
+
+  int first_layer() const { return first_layer_; }
+  int n_layers() const { return static_cast<int>(layers_.size()) + first_layer_; }
+  bool has_layer(int layer) const { return layer >= first_layer_ && layer < n_layers(); }
+  // The river projections of `layer` (has_layer(layer) must hold).
+  LayerProjections projections(int layer) const;
+  // Bytes of the int4 weights (with their scales and offsets) of one layer / of all layers.
+  int64_t layer_bytes(int layer) const { return projections(layer).bytes(); }
+  // One int4 matrix of `layer` (for evaluation and tests).
+  const Int4Matrix& matrix(int layer, RiverProjection which) const;
+  int64_t bytes() const;
+  const Int4QuantOptions& options() const { return options_; }
+
+ private:
+  struct Layer {
+    Int4Matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+  };
+  River(Int4QuantOptions options, int first_layer) : options_(options), first_layer_(first_layer) {}
+
+  Int4QuantOptions options_;
+  int first_layer_ = 0;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace estuary

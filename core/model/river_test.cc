@@ -1,0 +1,151 @@
+// The exit river against independent references:
+//   - τ = −1 with min_backbone_layers = m equals a plain model whose layers >= m carry the
+//     dequantized int4 weights (m bf16/f32 layers, then int4 layers);
+//   - river-written KV lands in the sequence's own pages and provenance records the exit.
+#include <cmath>
+
+#include "core/kvcache/kv_pool.h"
+#include "core/kvcache/sequence_kv.h"
+#include "core/model/forward_batch.h"
+#include "core/model/kv_cache.h"
+#include "core/model/model_loader.h"
+#include "core/model/paged_kv_view.h"
+#include "core/model/river.h"
+#include "core/sampling/sampler.h"
+#include "gtest/gtest.h"
+
+namespace estuary {
+namespace {
+
+// A model whose layers >= m use the river's dequantized weights.
+std::unique_ptr<LlamaModel> DequantizedReference(const LlamaModel& model, const River& river,
+                                                 int m) {
+  LlamaWeights weights = model.weights();
+  for (int l = m; l < model.config().n_layers; ++l) {
+    LlamaLayerWeights& w = weights.layers[static_cast<size_t>(l)];
+    for (auto [dense, int4] :
+         std::initializer_list<std::pair<Tensor*, const Int4Matrix*>>{
+             {&w.wq, &river.matrix(l, RiverProjection::kQ)},
+             {&w.wk, &river.matrix(l, RiverProjection::kK)},
+             {&w.wv, &river.matrix(l, RiverProjection::kV)},
+             {&w.wo, &river.matrix(l, RiverProjection::kO)},
+             {&w.w_gate, &river.matrix(l, RiverProjection::kGate)},
+             {&w.w_up, &river.matrix(l, RiverProjection::kUp)},
+             {&w.w_down, &river.matrix(l, RiverProjection::kDown)}}) {
+      auto dequantized = int4->DequantizeToF32();
+      EXPECT_TRUE(dequantized.ok());
+      *dense = *dequantized;
+    }
+  }
+  auto reference = LlamaModel::Create(model.config(), std::move(weights));
+  EXPECT_TRUE(reference.ok()) << reference.status();
+  return std::move(*reference);
+}
+
+class RiverReferenceTest : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+TEST_P(RiverReferenceTest, ForcedExitEqualsDequantizedReference) {
+  const auto& [model_name, last] = GetParam();
+  auto loaded = LoadModel("../shared/models/" + model_name);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const LlamaModel& model = *loaded->model;
+  const int n_layers = model.config().n_layers;
+  const int m = last ? n_layers - 1 : 1;
+  auto river = River::Build(model.weights(), Int4QuantOptions());
+  ASSERT_TRUE(river.ok()) << river.status();
+  const std::unique_ptr<LlamaModel> reference = DequantizedReference(model, **river, m);
+
+  ForwardOptions options;
+  options.river = river->get();
+  options.policy.min_backbone_layers = m;
+  const int vocab = model.config().vocab_size;
+  auto river_cache = ContiguousKvCache::Create(model.config(), 64);
+  auto reference_cache = ContiguousKvCache::Create(model.config(), 64);
+  ASSERT_TRUE(river_cache.ok() && reference_cache.ok());
+  std::vector<float> river_logits(vocab), reference_logits(vocab);
+  // Greedy continuation of a prompt, every token its own step, on both paths.
+  std::vector<int32_t> tokens = {1, 403, 407, 261, 378};
+  for (int pos = 0; pos < 40; ++pos) {
+    BatchEntry entry;
+    entry.tokens = absl::MakeConstSpan(&tokens[static_cast<size_t>(pos)], 1);
+    entry.start_pos = pos;
+    entry.kv = &*river_cache;
+    entry.exit_threshold = -1.0f;
+    EntryOutcome outcome;
+    ASSERT_TRUE(ForwardBatch(model, absl::MakeConstSpan(&entry, 1), options,
+                             absl::MakeSpan(river_logits), absl::MakeSpan(&outcome, 1))
+                    .ok());
+    EXPECT_EQ(outcome.backbone_layers, m);
+    EXPECT_EQ(river_cache->provenance(pos), m - 1);
+    ASSERT_TRUE(reference
+                    ->Forward(absl::MakeConstSpan(&tokens[static_cast<size_t>(pos)], 1), pos,
+                              *reference_cache, absl::MakeSpan(reference_logits))
+                    .ok());
+    float max_abs = 0.0f;
+    for (int i = 0; i < vocab; ++i) {
+      max_abs = std::max(max_abs, std::fabs(reference_logits[i]));
+      ASSERT_NEAR(river_logits[i], reference_logits[i], 2e-3f * (1.0f + max_abs))
+          << model_name << " m=" << m << " pos " << pos << " logit " << i;
+    }
+    if (pos + 1 == static_cast<int>(tokens.size())) tokens.push_back(Argmax(reference_logits));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shipped, RiverReferenceTest,
+    ::testing::Combine(::testing::Values("stories260K", "stories12L"), ::testing::Bool()));
+
+// River KV goes into the same pages as backbone KV; provenance records the last backbone layer;
+// layers below the exit hold exactly the backbone's KV.
+TEST(RiverTest, RiverKvLandsInTheSequencePagesWithProvenance) {
+  auto loaded = LoadModel("../shared/models/stories12L");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const LlamaModel& model = *loaded->model;
+  const LlamaConfig& c = model.config();
+  auto river = River::Build(model.weights(), Int4QuantOptions());
+  ASSERT_TRUE(river.ok());
+  auto pool = KvPool::Create(KvLayout::FromConfig(c, 16), int64_t{8} << 20);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  SequenceKv exited(pool->get()), full(pool->get());
+  ASSERT_TRUE(exited.Reserve(20).ok() && full.Reserve(20).ok());
+  PagedKvView exited_view(&exited), full_view(&full);
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+  std::vector<float> logits(c.vocab_size);
+  ForwardOptions options;
+  options.river = river->get();
+  options.policy.min_backbone_layers = 3;
+  for (auto [view, tau] : {std::pair<KvView*, float>{&exited_view, -1.0f}, {&full_view, 2.0f}}) {
+    BatchEntry entry;
+    entry.tokens = prompt;
+    entry.kv = view;
+    entry.exit_threshold = tau;
+    EntryOutcome outcome;
+    ASSERT_TRUE(ForwardBatch(model, absl::MakeConstSpan(&entry, 1), options,
+                             absl::MakeSpan(logits), absl::MakeSpan(&outcome, 1))
+                    .ok());
+  }
+  const std::vector<int32_t> pages_before = exited.pages();
+  for (int pos = 0; pos < static_cast<int>(prompt.size()); ++pos) {
+    EXPECT_EQ(exited.provenance(pos), 2);  // layers 0..2 on the backbone
+    EXPECT_EQ(full.provenance(pos), kProvenanceFullDepth);
+    for (int layer = 0; layer < c.n_layers; ++layer) {
+      const float* a = exited.k_slot(layer, pos, 0);
+      const float* b = full.k_slot(layer, pos, 0);
+      double diff = 0.0, norm = 0.0;
+      for (int i = 0; i < c.head_dim; ++i) {
+        diff += std::fabs(a[i] - b[i]);
+        norm += std::fabs(a[i]);
+      }
+      EXPECT_GT(norm, 0.0) << "layer " << layer << " pos " << pos << " was never written";
+      if (layer < 3) {
+        EXPECT_EQ(diff, 0.0) << "backbone layer " << layer << " pos " << pos;
+      } else if (pos > 0) {
+        EXPECT_GT(diff, 0.0) << "river layer " << layer << " pos " << pos;
+      }
+    }
+  }
+  EXPECT_EQ(exited.pages(), pages_before);
+}
+
+}  // namespace
+}  // namespace estuary

@@ -1,0 +1,398 @@
+#include "decode/decode_engine.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/common/logging.h"
+#include "core/common/status_macros.h"
+#include "core/kvcache/sequence_kv.h"
+#include "core/model/forward_batch.h"
+#include "core/model/paged_kv_view.h"
+
+namespace estuary {
+
+// One request's state, owned by the engine thread.
+struct DecodeEngine::Sequence {
+  Sequence(DecodeRequest r, KvPool* pool, int64_t arrival_order, float threshold)
+      : request(std::move(r)),
+        tokens(request.prompt_ids),
+        sampler(request.sampling),
+        kv(pool),
+        arrival(arrival_order),
+        exit_threshold(threshold) {}
+
+  // Tokens whose KV must be present before the next decode step: all but the last generated
+  // token (which the step feeds), or the whole prompt before the first token.
+  int PrefillTarget() const {
+    return static_cast<int>(tokens.size()) - (generated > 0 ? 1 : 0);
+  }
+  bool NeedsPrefill() const { return kv.length() < PrefillTarget(); }
+
+  DecodeRequest request;
+  std::vector<int32_t> tokens;  // prompt, then every generated token
+  int generated = 0;
+  Sampler sampler;
+  SequenceKv kv;
+  int64_t arrival;
+  float exit_threshold;
+  bool finished = false;
+  bool preempted = false;
+};
+
+absl::Status DecodeEngineOptions::Validate(const LlamaConfig& config) const {
+  if (max_num_seqs < 1 || max_num_seqs > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-num-seqs = ", max_num_seqs, " must be in [1, 4096]"));
+  }
+  if (block_size < 1 || block_size > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--block-size = ", block_size, " must be in [1, 1024]"));
+  }
+  if (max_num_batched_tokens < 1) {
+    return absl::InvalidArgumentError("--max-num-batched-tokens must be >= 1");
+  }
+  if (kv_cache_bytes <= 0) return absl::InvalidArgumentError("--kv-cache-bytes must be > 0");
+  return exit.Validate(config.n_layers);
+}
+
+absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
+    const LlamaModel& model, const River* river, const DecodeEngineOptions& options,
+    TokenSink sink) {
+  ESTUARY_RETURN_IF_ERROR(options.Validate(model.config()));
+  ESTUARY_ASSIGN_OR_RETURN(
+      std::unique_ptr<KvPool> pool,
+      KvPool::Create(KvLayout::FromConfig(model.config(), options.block_size),
+                     options.kv_cache_bytes));
+  return std::unique_ptr<DecodeEngine>(
+      new DecodeEngine(model, river, options, std::move(sink), std::move(pool)));
+}
+
+DecodeEngine::DecodeEngine(const LlamaModel& model, const River* river,
+                           const DecodeEngineOptions& options, TokenSink sink,
+                           std::unique_ptr<KvPool> pool)
+    : model_(model),
+      river_(river),
+      options_(options),
+      sink_(std::move(sink)),
+      pool_(std::move(pool)),
+      stats_(model.config().n_layers) {}
+
+// Sequences hold pages of the pool, so they go before it.
+DecodeEngine::~DecodeEngine() {
+  running_.clear();
+  waiting_.clear();
+}
+
+absl::Status DecodeEngine::Submit(DecodeRequest request) {
+  const LlamaConfig& c = model_.config();
+  if (request.prompt_ids.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+  for (int32_t id : request.prompt_ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt token id ", id,
+                                                     " outside the vocabulary [0, ",
+                                                     c.vocab_size, ")"));
+    }
+  }
+  if (static_cast<int>(request.prompt_ids.size()) >= c.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", request.prompt_ids.size(),
+                                                   " tokens leaves no room in the context of ",
+                                                   c.max_seq_len));
+  }
+  if (request.max_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens = ", request.max_tokens, " must be >= 1"));
+  }
+  ESTUARY_RETURN_IF_ERROR(request.sampling.Validate());
+  if (request.exit_threshold && !(*request.exit_threshold >= -1.0f &&
+                                  *request.exit_threshold <= 2.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("exit threshold ", *request.exit_threshold,
+                                                   " must be in [-1, 2]"));
+  }
+  absl::MutexLock lock(&inbox_mu_);
+  if (!live_ids_.insert(request.request_id).second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request id '", request.request_id, "' is already live"));
+  }
+  inbox_.push_back(std::move(request));
+  return absl::OkStatus();
+}
+
+bool DecodeEngine::Abort(const std::string& request_id) {
+  absl::MutexLock lock(&inbox_mu_);
+  if (!live_ids_.contains(request_id)) return false;
+  abort_inbox_.push_back(request_id);
+  return true;
+}
+
+bool DecodeEngine::Idle() const {
+  absl::MutexLock lock(&inbox_mu_);
+  return inbox_.empty() && abort_inbox_.empty() && waiting_.empty() && running_.empty();
+}
+
+void DecodeEngine::DrainInbox() {
+  std::vector<DecodeRequest> requests;
+  std::vector<std::string> aborts;
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    requests.swap(inbox_);
+    aborts.swap(abort_inbox_);
+  }
+  for (DecodeRequest& request : requests) {
+    const bool exits = river_ != nullptr && !request.exit_disabled;
+    const float tau =
+        exits ? request.exit_threshold.value_or(options_.exit.default_threshold) : 2.0f;
+    waiting_.push_back(
+        std::make_unique<Sequence>(std::move(request), pool_.get(), arrivals_++, tau));
+  }
+  for (const std::string& id : aborts) {
+    auto matches = [&](const std::unique_ptr<Sequence>& s) { return s->request.request_id == id; };
+    for (auto& s : waiting_) {
+      if (matches(s) && !s->finished) Finish(*s, FinishReason::kCancelled, absl::CancelledError(id));
+    }
+    for (auto& s : running_) {
+      if (matches(s) && !s->finished) Finish(*s, FinishReason::kCancelled, absl::CancelledError(id));
+    }
+  }
+  RemoveFinished();
+}
+
+void DecodeEngine::Admit() {
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_num_seqs) {
+    Sequence& s = *waiting_.front();
+    const int target = s.PrefillTarget();
+    if (options_.enable_prefix_caching && s.kv.pages().empty()) {
+      const absl::Status adopted =
+          s.kv.AdoptPrefix(absl::MakeConstSpan(s.tokens.data(), static_cast<size_t>(target)));
+      if (!adopted.ok()) ESTUARY_LOG(WARNING) << "prefix adoption: " << adopted;
+    }
+    // Room for the prompt and the first generated token.
+    const absl::Status reserved = s.kv.Reserve(target + 1);
+    if (!reserved.ok()) {
+      if (running_.empty()) {
+        // Nothing will ever free pages for it: the pool is too small for this prompt.
+        Finish(s, FinishReason::kError,
+               absl::ResourceExhaustedError(absl::StrCat(
+                   "prompt of ", target, " tokens needs more KV pages than the pool has (",
+                   pool_->num_pages(), " pages of ", pool_->layout().block_size, " tokens)")));
+        waiting_.pop_front();
+        continue;
+      }
+      s.kv.Release();
+      break;
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+absl::Status DecodeEngine::PrefillStep() {
+  std::vector<Sequence*> batch;
+  std::vector<BatchEntry> entries;
+  std::vector<PagedKvView> views;
+  views.reserve(running_.size());
+  int budget = options_.max_num_batched_tokens;
+  for (auto& owned : running_) {
+    Sequence& s = *owned;
+    if (s.finished || !s.NeedsPrefill() || budget == 0) continue;
+    const int begin = s.kv.length();
+    const int end = std::min(s.PrefillTarget(), begin + budget);
+    budget -= end - begin;
+    views.emplace_back(&s.kv);
+    BatchEntry entry;
+    entry.tokens = absl::MakeConstSpan(s.tokens.data() + begin, static_cast<size_t>(end - begin));
+    entry.start_pos = begin;
+    entry.kv = &views.back();
+    entry.exit_threshold = 2.0f;  // prefill runs the full backbone (design §5)
+    entry.want_logits = end == s.PrefillTarget() && s.generated == 0;
+    entries.push_back(entry);
+    batch.push_back(&s);
+  }
+  if (entries.empty()) return absl::OkStatus();
+
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  size_t with_logits = 0;
+  for (const BatchEntry& e : entries) with_logits += e.want_logits;
+  std::vector<float> logits(with_logits * vocab);
+  std::vector<EntryOutcome> outcomes(entries.size());
+  ForwardOptions forward;  // no river: full backbone
+  if (absl::Status status = ForwardBatch(model_, entries, forward, absl::MakeSpan(logits),
+                                         absl::MakeSpan(outcomes));
+      !status.ok()) {
+    FailAll(batch, status);
+    return status;
+  }
+  size_t logit_row = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Sequence& s = *batch[i];
+    const int n = static_cast<int>(entries[i].tokens.size());
+    s.kv.set_length(s.kv.length() + n);
+    stats_.RecordPrefillTokens(n);
+    if (!entries[i].want_logits) continue;
+    if (options_.enable_prefix_caching) s.kv.RegisterFullPages(s.tokens);
+    AcceptToken(s, absl::MakeSpan(logits.data() + logit_row * vocab, vocab),
+                model_.config().n_layers);
+    ++logit_row;
+  }
+  return absl::OkStatus();
+}
+
+bool DecodeEngine::EnsureCapacity(Sequence& sequence, int tokens) {
+  while (true) {
+    const absl::Status status = sequence.kv.Reserve(tokens);
+    if (status.ok()) return true;
+    // Preempt the newest running sequence (possibly this one) and try again.
+    Sequence* victim = nullptr;
+    for (auto& s : running_) {
+      if (!s->finished && !s->preempted && (victim == nullptr || s->arrival > victim->arrival)) {
+        victim = s.get();
+      }
+    }
+    if (victim == nullptr) return false;
+    Preempt(*victim);
+    if (victim == &sequence) return false;
+  }
+}
+
+void DecodeEngine::Preempt(Sequence& sequence) {
+  sequence.kv.Release();
+  sequence.preempted = true;
+  ++preemptions_;
+  ESTUARY_VLOG(1) << "preempted " << sequence.request.request_id << " at "
+                  << sequence.tokens.size() << " tokens";
+}
+
+absl::Status DecodeEngine::DecodeStep() {
+  // Oldest first, so that preemption takes the newest.
+  std::vector<Sequence*> candidates;
+  for (auto& s : running_) {
+    if (!s->finished && !s->preempted && s->generated > 0 && !s->NeedsPrefill()) {
+      candidates.push_back(s.get());
+    }
+  }
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; });
+  std::vector<Sequence*> batch;
+  for (Sequence* s : candidates) {
+    if (!s->preempted && EnsureCapacity(*s, s->kv.length() + 1)) batch.push_back(s);
+  }
+  // A sequence admitted to the batch may have been preempted by a later one's need.
+  batch.erase(std::remove_if(batch.begin(), batch.end(), [](Sequence* s) { return s->preempted; }),
+              batch.end());
+  if (batch.empty()) return absl::OkStatus();
+
+  std::vector<PagedKvView> views;
+  views.reserve(batch.size());
+  std::vector<BatchEntry> entries;
+  for (Sequence* s : batch) {
+    views.emplace_back(&s->kv);
+    BatchEntry entry;
+    entry.tokens = absl::MakeConstSpan(&s->tokens.back(), 1);
+    entry.start_pos = s->kv.length();
+    entry.kv = &views.back();
+    entry.exit_threshold = s->exit_threshold;
+    entries.push_back(entry);
+  }
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  std::vector<float> logits(entries.size() * vocab);
+  std::vector<EntryOutcome> outcomes(entries.size());
+  ForwardOptions forward;
+  forward.river = river_;
+  forward.policy = options_.exit;
+  if (absl::Status status = ForwardBatch(model_, entries, forward, absl::MakeSpan(logits),
+                                         absl::MakeSpan(outcomes));
+      !status.ok()) {
+    FailAll(batch, status);
+    return status;
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Sequence& s = *batch[i];
+    s.kv.set_length(s.kv.length() + 1);
+    stats_.RecordDecodeToken(outcomes[i].backbone_layers);
+    AcceptToken(s, absl::MakeSpan(logits.data() + i * vocab, vocab),
+                outcomes[i].backbone_layers);
+  }
+  return absl::OkStatus();
+}
+
+void DecodeEngine::AcceptToken(Sequence& s, absl::Span<float> logits, int backbone_layers) {
+  const LlamaConfig& c = model_.config();
+  const int32_t next = s.sampler.Sample(logits, s.tokens);
+  const bool is_eos = std::find(c.eos_ids.begin(), c.eos_ids.end(), next) != c.eos_ids.end();
+  if (is_eos && !s.request.ignore_eos) return Finish(s, FinishReason::kEos, absl::OkStatus());
+  if (s.sampler.IsStopToken(next)) return Finish(s, FinishReason::kStopToken, absl::OkStatus());
+  s.tokens.push_back(next);
+  ++s.generated;
+  TokenEvent event;
+  event.request_id = s.request.request_id;
+  event.token_id = next;
+  event.backbone_layers = backbone_layers;
+  sink_(event);
+  if (s.generated >= s.request.max_tokens) {
+    Finish(s, FinishReason::kLength, absl::OkStatus());
+  } else if (static_cast<int>(s.tokens.size()) >= c.max_seq_len) {
+    Finish(s, FinishReason::kContext, absl::OkStatus());
+  }
+}
+
+void DecodeEngine::Finish(Sequence& s, FinishReason reason, absl::Status status) {
+  s.finished = true;
+  s.kv.Release();
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    live_ids_.erase(s.request.request_id);
+  }
+  TokenEvent event;
+  event.request_id = s.request.request_id;
+  event.finished = true;
+  event.finish_reason = reason;
+  event.status = std::move(status);
+  sink_(event);
+}
+
+void DecodeEngine::FailAll(std::vector<Sequence*>& sequences, const absl::Status& status) {
+  for (Sequence* s : sequences) {
+    if (!s->finished) Finish(*s, FinishReason::kError, status);
+  }
+}
+
+void DecodeEngine::RemoveFinished() {
+  auto done = [](const std::unique_ptr<Sequence>& s) { return s->finished; };
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), done), waiting_.end());
+  // Preempted sequences go back to the front of the queue, oldest first.
+  std::vector<std::unique_ptr<Sequence>> preempted;
+  for (auto& s : running_) {
+    if (!s->finished && s->preempted) {
+      s->preempted = false;
+      preempted.push_back(std::move(s));
+    }
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const std::unique_ptr<Sequence>& s) {
+                                  return s == nullptr || s->finished;
+                                }),
+                 running_.end());
+  std::sort(preempted.begin(), preempted.end(),
+            [](const auto& a, const auto& b) { return a->arrival > b->arrival; });
+  for (auto& s : preempted) waiting_.push_front(std::move(s));
+}
+
+absl::Status DecodeEngine::Step() {
+  DrainInbox();
+  Admit();
+  absl::Status status = PrefillStep();
+  RemoveFinished();
+  if (status.ok()) status = DecodeStep();
+  RemoveFinished();
+  return status;
+}
+
+absl::Status DecodeEngine::RunUntilIdle(absl::Time deadline) {
+  while (!Idle()) {
+    if (absl::Now() > deadline) return absl::DeadlineExceededError("engine did not drain");
+    ESTUARY_RETURN_IF_ERROR(Step());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace estuary

@@ -1,0 +1,113 @@
+#pragma once
+// DecodeEngine: continuous batching over the paged KV pool with the exit river (design §4-§5).
+//
+// Each Step() admits waiting sequences while pages and --max-num-seqs allow, prefills admitted
+// prompts in chunks of at most max_num_batched_tokens (full backbone), then runs one decode
+// forward over every running sequence, samples a token for each and emits it with its exit
+// layer. Sequences retire on EOS, a stop token, max_tokens, the context length or abort, and
+// their pages are freed at once. When a running sequence needs a page and none is left, the
+// newest running sequence is preempted: its pages are freed and it is recomputed later from its
+// tokens (nothing the client saw changes).
+//
+// Threading: Submit() and Abort() may be called from any thread; Step() and the TokenSink run
+// on one engine thread. The model, river and pool must outlive the engine.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/kvcache/kv_pool.h"
+#include "core/model/exit_policy.h"
+#include "core/model/llama_model.h"
+#include "core/model/river.h"
+#include "decode/decode_request.h"
+#include "decode/exit_stats.h"
+
+namespace estuary {
+
+struct DecodeEngineOptions {
+  int max_num_seqs = 64;
+  int block_size = 16;
+  int64_t kv_cache_bytes = int64_t{256} << 20;
+  int max_num_batched_tokens = 512;  // prefill tokens per step
+  bool enable_prefix_caching = true;
+  ExitPolicy exit;                   // used only when a river is given
+
+  absl::Status Validate(const LlamaConfig& config) const;
+};
+
+class DecodeEngine {
+ public:
+  // `river` may be null (no early exit). Allocates the KV pool once.
+  static absl::StatusOr<std::unique_ptr<DecodeEngine>> Create(const LlamaModel& model,
+                                                              const River* river,
+                                                              const DecodeEngineOptions& options,
+                                                              TokenSink sink);
+  ~DecodeEngine();
+
+  // Queues a request. INVALID_ARGUMENT (naming the limit) for an empty prompt, ids outside the
+  // vocabulary, a prompt that fills the context, bad sampling or exit parameters, or a
+  // duplicate live request id.
+  absl::Status Submit(DecodeRequest request);
+  // Ends a waiting or running request with CANCELLED and frees its pages. False when unknown.
+  bool Abort(const std::string& request_id);
+
+  // One scheduling iteration (admit, prefill, decode). A model error ends the affected requests
+  // with that status and is returned.
+  absl::Status Step();
+  // True when nothing is waiting or running.
+  bool Idle() const;
+  // Steps until idle; DEADLINE_EXCEEDED when `deadline` passes first.
+  absl::Status RunUntilIdle(absl::Time deadline = absl::InfiniteFuture());
+
+  const ExitStats& exit_stats() const { return stats_; }
+  const KvPool& pool() const { return *pool_; }
+  KvPool& mutable_pool() { return *pool_; }
+  int running() const { return static_cast<int>(running_.size()); }
+  int64_t preemptions() const { return preemptions_; }
+
+ private:
+  struct Sequence;
+
+  DecodeEngine(const LlamaModel& model, const River* river, const DecodeEngineOptions& options,
+               TokenSink sink, std::unique_ptr<KvPool> pool);
+
+  void DrainInbox();
+  void Admit();
+  absl::Status PrefillStep();
+  absl::Status DecodeStep();
+  bool EnsureCapacity(Sequence& sequence, int tokens);
+  void Preempt(Sequence& sequence);
+  // Samples from `logits`, emits the token, and retires the sequence when it is done.
+  void AcceptToken(Sequence& sequence, absl::Span<float> logits, int backbone_layers);
+  void Finish(Sequence& sequence, FinishReason reason, absl::Status status);
+  void FailAll(std::vector<Sequence*>& sequences, const absl::Status& status);
+  void RemoveFinished();
+
+  const LlamaModel& model_;
+  const River* river_;
+  DecodeEngineOptions options_;
+  TokenSink sink_;
+  std::unique_ptr<KvPool> pool_;
+  ExitStats stats_;
+  int64_t preemptions_ = 0;
+  int64_t arrivals_ = 0;
+
+  // Requests and aborts from other threads, taken by the engine thread at the start of Step().
+  mutable absl::Mutex inbox_mu_;
+  std::vector<DecodeRequest> inbox_ ABSL_GUARDED_BY(inbox_mu_);
+  std::vector<std::string> abort_inbox_ ABSL_GUARDED_BY(inbox_mu_);
+  absl::flat_hash_set<std::string> live_ids_ ABSL_GUARDED_BY(inbox_mu_);
+
+  // Engine-thread state.
+  std::deque<std::unique_ptr<Sequence>> waiting_;   // admission order; preempted go first
+  std::vector<std::unique_ptr<Sequence>> running_;  // admitted, holding pages
+};
+
+}  // namespace estuary

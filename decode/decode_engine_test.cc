@@ -1,0 +1,159 @@
+#include "decode/decode_engine.h"
+
+#include <fstream>
+#include <map>
+
+#include "core/model/model_loader.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace estuary {
+namespace {
+
+struct Golden {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> completion_ids;
+};
+
+std::vector<Golden> LoadGolden(const std::string& model) {
+  std::ifstream in("../shared/models/" + model + "/golden.json");
+  const nlohmann::json golden = nlohmann::json::parse(in, nullptr, false);
+  std::vector<Golden> cases;
+  for (const auto& c : golden["cases"]) {
+    cases.push_back({c["prompt_ids"].get<std::vector<int32_t>>(),
+                     c["completion_ids"].get<std::vector<int32_t>>()});
+  }
+  return cases;
+}
+
+// Collects every request's tokens and final event.
+struct Collector {
+  std::map<std::string, std::vector<int32_t>> tokens;
+  std::map<std::string, TokenEvent> final_events;
+  TokenSink Sink() {
+    return [this](const TokenEvent& e) {
+      if (e.token_id >= 0) tokens[e.request_id].push_back(e.token_id);
+      if (e.finished) final_events[e.request_id] = e;
+    };
+  }
+};
+
+DecodeRequest Greedy(const std::string& id, std::vector<int32_t> prompt, int max_tokens = 200) {
+  DecodeRequest r;
+  r.request_id = id;
+  r.prompt_ids = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0.0f;
+  return r;
+}
+
+class DecodeEngineGoldenTest : public ::testing::TestWithParam<std::string> {};
+
+// Exit disabled: the paged, batched engine reproduces the golden ids one request at a time and
+// with every golden prompt of the model in one batch.
+TEST_P(DecodeEngineGoldenTest, ReproducesGoldenIdsAtBatchOneAndAllTogether) {
+  auto loaded = LoadModel("../shared/models/" + GetParam());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::vector<Golden> cases = LoadGolden(GetParam());
+  ASSERT_FALSE(cases.empty());
+  DecodeEngineOptions options;
+  options.kv_cache_bytes = int64_t{64} << 20;
+  for (bool together : {false, true}) {
+    Collector collector;
+    auto engine = DecodeEngine::Create(*loaded->model, nullptr, options, collector.Sink());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    for (size_t i = 0; i < cases.size(); ++i) {
+      ASSERT_TRUE((*engine)->Submit(Greedy(std::to_string(i), cases[i].prompt_ids)).ok());
+      if (!together) ASSERT_TRUE((*engine)->RunUntilIdle().ok());
+    }
+    ASSERT_TRUE((*engine)->RunUntilIdle().ok());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(collector.tokens[std::to_string(i)], cases[i].completion_ids)
+          << GetParam() << " case " << i << (together ? " (one batch)" : " (alone)");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shipped, DecodeEngineGoldenTest,
+                         ::testing::Values("stories260K", "stories12L"));
+
+// A pool too small for everyone at once forces preemption; aborts end two requests. Every
+// surviving request still produces exactly what it produces alone, and every page comes back.
+TEST(DecodeEngineTest, PreemptionAbortAndPoolAccounting) {
+  auto loaded = LoadModel("../shared/models/stories260K");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::vector<Golden> cases = LoadGolden("stories260K");
+  DecodeEngineOptions options;
+  options.block_size = 16;
+  // 5 layers x 4 kv heads x 8 dims x 2 (K, V) x 4 bytes x 16 slots = 20 KiB per page: 24 pages
+  // hold 384 tokens, far less than six sequences of up to ~290 tokens.
+  options.kv_cache_bytes = 24 * 20 * 1024;
+  Collector collector;
+  auto engine = DecodeEngine::Create(*loaded->model, nullptr, options, collector.Sink());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  KvPool& pool = (*engine)->mutable_pool();
+  const int32_t free_at_start = pool.free_pages();
+  ASSERT_EQ(free_at_start, 24);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE((*engine)->Submit(Greedy(std::to_string(i), cases[i].prompt_ids)).ok());
+  }
+  for (int step = 0; step < 20; ++step) ASSERT_TRUE((*engine)->Step().ok());
+  EXPECT_TRUE((*engine)->Abort("1"));
+  EXPECT_TRUE((*engine)->Abort("4"));
+  EXPECT_FALSE((*engine)->Abort("no-such-request"));
+  ASSERT_TRUE((*engine)->RunUntilIdle().ok());
+
+  EXPECT_GT((*engine)->preemptions(), 0);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string id = std::to_string(i);
+    ASSERT_TRUE(collector.final_events.count(id)) << id;
+    if (id == "1" || id == "4") {
+      EXPECT_EQ(collector.final_events[id].finish_reason, FinishReason::kCancelled);
+      EXPECT_EQ(collector.final_events[id].status.code(), absl::StatusCode::kCancelled);
+    } else {
+      EXPECT_TRUE(collector.final_events[id].status.ok()) << collector.final_events[id].status;
+      EXPECT_EQ(collector.tokens[id], cases[i].completion_ids) << "case " << i;
+    }
+  }
+  pool.ClearPrefixCache();
+  EXPECT_EQ(pool.free_pages(), free_at_start);
+}
+
+TEST(DecodeEngineTest, RejectsBadRequestsNamingTheLimit) {
+  auto loaded = LoadModel("../shared/models/stories260K");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  Collector collector;
+  auto engine = DecodeEngine::Create(*loaded->model, nullptr, DecodeEngineOptions(),
+                                     collector.Sink());
+  ASSERT_TRUE(engine.ok());
+  EXPECT_EQ((*engine)->Submit(Greedy("a", {})).code(), absl::StatusCode::kInvalidArgument);
+  const absl::Status vocab = (*engine)->Submit(Greedy("b", {1, 600}));
+  EXPECT_NE(vocab.message().find("vocabulary"), absl::string_view::npos) << vocab;
+  EXPECT_EQ((*engine)->Submit(Greedy("c", {1}, 0)).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*engine)->Submit(Greedy("d", {1})).ok());
+  EXPECT_NE((*engine)->Submit(Greedy("d", {1})).message().find("already live"),
+            absl::string_view::npos);
+  const std::vector<int32_t> too_long(512, 5);
+  EXPECT_NE((*engine)->Submit(Greedy("e", too_long)).message().find("context"),
+            absl::string_view::npos);
+}
+
+// A prompt larger than the whole pool fails alone with RESOURCE_EXHAUSTED.
+TEST(DecodeEngineTest, PromptLargerThanThePoolFailsAlone) {
+  auto loaded = LoadModel("../shared/models/stories260K");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  DecodeEngineOptions options;
+  options.kv_cache_bytes = 2 * 20 * 1024;  // 2 pages = 32 tokens
+  Collector collector;
+  auto engine = DecodeEngine::Create(*loaded->model, nullptr, options, collector.Sink());
+  ASSERT_TRUE(engine.ok());
+  ASSERT_TRUE((*engine)->Submit(Greedy("big", std::vector<int32_t>(100, 300), 5)).ok());
+  ASSERT_TRUE((*engine)->Submit(Greedy("small", {1, 403, 407}, 5)).ok());
+  ASSERT_TRUE((*engine)->RunUntilIdle().ok());
+  EXPECT_EQ(collector.final_events["big"].status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(collector.final_events["small"].status.ok());
+  EXPECT_EQ(collector.tokens["small"].size(), 5u);
+}
+
+}  // namespace
+}  // namespace estuary

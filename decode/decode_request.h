@@ -1,0 +1,40 @@
+#pragma once
+// What the decode engine takes in (DecodeRequest) and gives out (TokenEvent). The gRPC layer
+// converts its protos to and from these at the service edge.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/model/generator.h"
+#include "core/sampling/sampler.h"
+
+namespace estuary {
+
+struct DecodeRequest {
+  std::string request_id;           // unique among live requests
+  std::vector<int32_t> prompt_ids;  // non-empty, inside the vocabulary
+  int max_tokens = 256;
+  SamplingParams sampling;
+  std::optional<float> exit_threshold;  // τ; the engine's default when unset
+  bool exit_disabled = false;           // every layer on the backbone
+  bool ignore_eos = false;
+};
+
+// One event per generated token, then (or with the last token) the final one.
+struct TokenEvent {
+  std::string request_id;
+  int32_t token_id = -1;        // -1 on a final event that carries no token
+  int backbone_layers = 0;      // layers this token ran on the backbone (n_layers: full depth)
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kLength;
+  absl::Status status;          // CANCELLED on abort, RESOURCE_EXHAUSTED if it can never fit
+};
+
+// Called on the engine's thread, in order per request. Must not call back into the engine.
+using TokenSink = std::function<void(const TokenEvent&)>;
+
+}  // namespace estuary

@@ -1,0 +1,49 @@
+#pragma once
+// EvalExit: fidelity and cost of the exit river at several thresholds (`estuary eval-exit`).
+//
+// For each prompt: the full-depth greedy continuation, then the same tokens teacher-forced
+// through the river at each τ and through "full int4" (every layer on the river). The prompt
+// itself is prefilled on the full backbone in every mode (as the decode worker does), so the
+// rows differ only in the decode steps, which are what is measured: the continuation's
+// positions after the first token.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/model/exit_policy.h"
+#include "core/model/llama_model.h"
+#include "core/model/river.h"
+#include "core/tokenizer/tokenizer.h"
+
+namespace estuary {
+
+struct EvalExitOptions {
+  std::vector<float> taus;           // thresholds to evaluate
+  std::vector<std::string> prompts;  // texts, encoded with BOS
+  int max_tokens = 64;               // length of each full-depth continuation
+  ExitPolicy policy;                 // rule and layer bounds; the threshold comes from `taus`
+};
+
+struct EvalExitRow {
+  std::string tau;              // the threshold, or "full-int4"
+  double mean_backbone_layers = 0;
+  double exit_rate = 0;         // share of tokens that left before the last layer
+  double top1_agreement = 0;    // argmax equal to the full model's
+  double nll_delta = 0;         // mean NLL under the river minus under the full model
+  double kv_cosine_min = 1;     // lowest over layers (K and V) of the mean river/backbone cosine
+  double modeled_bytes_ratio = 0;  // weight bytes read per token against full depth
+  double measured_speedup = 0;  // decode tokens/s against full depth (batch 1, same run)
+  int64_t tokens = 0;           // positions evaluated
+};
+
+absl::StatusOr<std::vector<EvalExitRow>> RunEvalExit(const LlamaModel& model,
+                                                     const Tokenizer& tokenizer,
+                                                     const River& river,
+                                                     const EvalExitOptions& options);
+
+// One JSON object {"rows": [...]} (the `--json` output) and a text table.
+std::string EvalExitJson(const std::vector<EvalExitRow>& rows);
+std::string EvalExitTable(const std::vector<EvalExitRow>& rows);
+
+}  // namespace estuary
