@@ -55,6 +55,7 @@ ABSL_FLAG(std::vector<std::string>, batch, std::vector<std::string>({"1", "4", "
           "bench-decode: comma-separated batch sizes");
 ABSL_FLAG(int, exit_after, 4, "bench-decode: backbone layers before the river's forced exit");
 ABSL_FLAG(int, steps, 8, "bench-decode: timed decode steps per mode and batch");
+ABSL_FLAG(bool, river, false, "generate: decode through the paged engine with the exit river");
 ABSL_FLAG(int, river_group_size, 64, "int4 group size of the exit river");
 ABSL_FLAG(bool, river_refine, true, "refine the river's int4 scale and zero point (HQQ-style)");
 ABSL_FLAG(std::string, exit_rule, "batch_min", "batch_min (the paper's) or split");
@@ -175,6 +176,8 @@ absl::Status Generate() {
   ESTUARY_ASSIGN_OR_RETURN(options.dtype, DTypeFlag());
   options.json = absl::GetFlag(FLAGS_json);
   options.threads = absl::GetFlag(FLAGS_threads);
+  options.river = absl::GetFlag(FLAGS_river);
+  ESTUARY_ASSIGN_OR_RETURN(options.river_options, RiverFlags());
   return RunGenerate(options);
 }
 

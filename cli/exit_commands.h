@@ -5,17 +5,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/model/exit_policy.h"
-#include "core/quant/int4_matrix.h"
+#include "cli/river_options.h"
 #include "decode/bench_decode.h"
 #include "decode/eval_exit.h"
 
 namespace estuary::cli {
-
-struct RiverOptions {
-  Int4QuantOptions quant;
-  ExitPolicy policy;
-};
 
 struct EvalExitCommandOptions {
   std::string model;

@@ -1,15 +1,20 @@
 #include "cli/generate_command.h"
 
 #include <cstdio>
+#include <functional>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "cli/progress_bar.h"
 #include "core/common/logging.h"
 #include "core/common/status_macros.h"
 #include "core/kernels/cpu/kernels.h"
 #include "core/model/generator.h"
 #include "core/model/model_loader.h"
+#include "core/model/river.h"
+#include "decode/decode_engine.h"
 #include "nlohmann/json.hpp"
 
 namespace estuary::cli {
@@ -25,6 +30,66 @@ absl::Status ValidateGenerateOptions(const GenerateOptions& options) {
   }
   return options.sampling.Validate();
 }
+
+namespace {
+
+struct RiverGeneration {
+  GenerateResult result;
+  std::vector<int> backbone_layers;  // per generated token
+  ExitStats stats;
+};
+
+// Decodes `request` through the DecodeEngine with the exit river. Drops backbone layers at and
+// above --resident-backbone-layers first, and says how much memory that saves.
+absl::StatusOr<RiverGeneration> GenerateThroughRiver(LlamaModel& model,
+                                                     const GenerateRequest& request,
+                                                     const RiverOptions& river_options,
+                                                     const std::function<void(int32_t)>& on_token) {
+  ESTUARY_RETURN_IF_ERROR(river_options.policy.Validate(model.config().n_layers));
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<River> river,
+                           River::Build(model.weights(), river_options.quant));
+  if (const int resident = river_options.policy.resident_backbone_layers; resident > 0) {
+    ESTUARY_ASSIGN_OR_RETURN(const int64_t saved, model.ReleaseBackboneLayersFrom(resident));
+    ESTUARY_LOG(INFO) << "resident backbone layers: " << resident << " of "
+                      << model.config().n_layers << "; " << saved
+                      << " bytes of backbone weights not kept (river adds " << river->bytes()
+                      << ")";
+  }
+  DecodeEngineOptions engine_options;
+  engine_options.max_num_seqs = 1;
+  engine_options.exit = river_options.policy;
+  RiverGeneration out{GenerateResult(), {}, ExitStats(model.config().n_layers)};
+  const absl::Time start = absl::Now();
+  absl::Time first_token = start;
+  TokenSink sink = [&](const TokenEvent& e) {
+    if (e.token_id >= 0) {
+      if (out.result.completion_ids.empty()) first_token = absl::Now();
+      out.result.completion_ids.push_back(e.token_id);
+      out.backbone_layers.push_back(e.backbone_layers);
+      on_token(e.token_id);
+    }
+    if (e.finished) out.result.finish_reason = e.finish_reason;
+  };
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DecodeEngine> engine,
+                           DecodeEngine::Create(model, river.get(), engine_options, sink));
+  DecodeRequest decode;
+  decode.request_id = "generate";
+  decode.prompt_ids = request.prompt_ids;
+  decode.max_tokens = request.max_tokens;
+  decode.sampling = request.sampling;
+  ESTUARY_RETURN_IF_ERROR(engine->Submit(std::move(decode)));
+  ESTUARY_RETURN_IF_ERROR(engine->RunUntilIdle());
+  out.stats = engine->exit_stats();
+  out.result.prefill_seconds = absl::ToDoubleSeconds(first_token - start);
+  out.result.decode_seconds = absl::ToDoubleSeconds(absl::Now() - first_token);
+  const size_t decoded = out.result.completion_ids.size();
+  out.result.tokens_per_second = decoded > 1 && out.result.decode_seconds > 0
+                                     ? (decoded - 1) / out.result.decode_seconds
+                                     : 0.0;
+  return out;
+}
+
+}  // namespace
 
 absl::Status RunGenerate(const GenerateOptions& options) {
   ESTUARY_RETURN_IF_ERROR(ValidateGenerateOptions(options));
@@ -50,7 +115,15 @@ absl::Status RunGenerate(const GenerateOptions& options) {
     completion_text += piece;
     if (!options.json) std::cout << piece << std::flush;
   };
-  ESTUARY_ASSIGN_OR_RETURN(GenerateResult result, Generate(*loaded.model, request, on_token));
+  GenerateResult result;
+  std::optional<RiverGeneration> river;
+  if (options.river) {
+    ESTUARY_ASSIGN_OR_RETURN(river, GenerateThroughRiver(*loaded.model, request,
+                                                         options.river_options, on_token));
+    result = river->result;
+  } else {
+    ESTUARY_ASSIGN_OR_RETURN(result, Generate(*loaded.model, request, on_token));
+  }
   const std::string tail = detokenizer.Flush();
   completion_text += tail;
 
@@ -59,6 +132,7 @@ absl::Status RunGenerate(const GenerateOptions& options) {
     ESTUARY_LOG(INFO) << result.completion_ids.size() << " tokens, "
                       << result.tokens_per_second << " tokens/s, finish: "
                       << FinishReasonName(result.finish_reason);
+    if (river) ESTUARY_LOG(INFO) << "exit river: " << river->stats.ToString();
     return absl::OkStatus();
   }
   nlohmann::json out = {
@@ -72,6 +146,12 @@ absl::Status RunGenerate(const GenerateOptions& options) {
       {"prefill_seconds", result.prefill_seconds},
       {"decode_seconds", result.decode_seconds},
   };
+  if (river) {
+    out["backbone_layers"] = river->backbone_layers;
+    out["mean_backbone_layers"] = river->stats.mean_backbone_layers();
+    out["exit_rate"] = river->stats.exit_rate();
+    out["exit_histogram"] = river->stats.histogram();
+  }
   std::cout << out.dump() << std::endl;
   return absl::OkStatus();
 }

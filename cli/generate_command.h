@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "cli/river_options.h"
 #include "core/sampling/sampler.h"
 #include "core/tensor/dtype.h"
 
@@ -18,6 +19,10 @@ struct GenerateOptions {
   std::optional<DType> dtype;
   bool json = false;
   int threads = 0;  // 0: library default
+  // --river: decode through the paged engine with the exit river (policy and quantization from
+  // the river flags); otherwise the plain full-depth path.
+  bool river = false;
+  RiverOptions river_options;
 };
 
 absl::Status ValidateGenerateOptions(const GenerateOptions& options);

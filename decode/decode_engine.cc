@@ -215,7 +215,10 @@ absl::Status DecodeEngine::PrefillStep() {
   for (const BatchEntry& e : entries) with_logits += e.want_logits;
   std::vector<float> logits(with_logits * vocab);
   std::vector<EntryOutcome> outcomes(entries.size());
-  ForwardOptions forward;  // no river: full backbone
+  // Prefill runs the full backbone (τ above 1 for every entry); the river is there only for the
+  // layers that are not resident (--resident-backbone-layers), where the exit is forced.
+  ForwardOptions forward;
+  forward.river = river_;
   if (absl::Status status = ForwardBatch(model_, entries, forward, absl::MakeSpan(logits),
                                          absl::MakeSpan(outcomes));
       !status.ok()) {
@@ -231,7 +234,7 @@ absl::Status DecodeEngine::PrefillStep() {
     if (!entries[i].want_logits) continue;
     if (options_.enable_prefix_caching) s.kv.RegisterFullPages(s.tokens);
     AcceptToken(s, absl::MakeSpan(logits.data() + logit_row * vocab, vocab),
-                model_.config().n_layers);
+                outcomes[i].backbone_layers);
     ++logit_row;
   }
   return absl::OkStatus();

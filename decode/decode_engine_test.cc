@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/model/model_loader.h"
+#include "core/model/river.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -58,9 +59,14 @@ TEST_P(DecodeEngineGoldenTest, ReproducesGoldenIdsAtBatchOneAndAllTogether) {
   ASSERT_FALSE(cases.empty());
   DecodeEngineOptions options;
   options.kv_cache_bytes = int64_t{64} << 20;
-  for (bool together : {false, true}) {
+  // With the river built but τ above 1, exit never happens and the output is the plain model's.
+  auto river = River::Build(loaded->model->weights(), Int4QuantOptions());
+  ASSERT_TRUE(river.ok()) << river.status();
+  options.exit.default_threshold = 1.5f;
+  for (auto [together, with_river] : {std::pair{false, false}, {true, false}, {true, true}}) {
     Collector collector;
-    auto engine = DecodeEngine::Create(*loaded->model, nullptr, options, collector.Sink());
+    auto engine = DecodeEngine::Create(*loaded->model, with_river ? river->get() : nullptr,
+                                       options, collector.Sink());
     ASSERT_TRUE(engine.ok()) << engine.status();
     for (size_t i = 0; i < cases.size(); ++i) {
       ASSERT_TRUE((*engine)->Submit(Greedy(std::to_string(i), cases[i].prompt_ids)).ok());
@@ -69,7 +75,12 @@ TEST_P(DecodeEngineGoldenTest, ReproducesGoldenIdsAtBatchOneAndAllTogether) {
     ASSERT_TRUE((*engine)->RunUntilIdle().ok());
     for (size_t i = 0; i < cases.size(); ++i) {
       EXPECT_EQ(collector.tokens[std::to_string(i)], cases[i].completion_ids)
-          << GetParam() << " case " << i << (together ? " (one batch)" : " (alone)");
+          << GetParam() << " case " << i << (together ? " (one batch)" : " (alone)")
+          << (with_river ? " with the river at tau 1.5" : "");
+    }
+    if (with_river) {
+      EXPECT_EQ((*engine)->exit_stats().exit_rate(), 0.0);
+      EXPECT_EQ((*engine)->exit_stats().river_kv_share(), 0.0);
     }
   }
 }
@@ -117,6 +128,47 @@ TEST(DecodeEngineTest, PreemptionAbortAndPoolAccounting) {
   }
   pool.ClearPrefixCache();
   EXPECT_EQ(pool.free_pages(), free_at_start);
+}
+
+// With the river and τ = −1, every decode token exits after min_backbone_layers; the counters
+// say so, and per-request thresholds are honoured (a request with exit disabled stays on the
+// backbone when it runs alone).
+TEST(DecodeEngineTest, RiverCountersAndPerRequestThresholds) {
+  auto loaded = LoadModel("../shared/models/stories12L");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto river = River::Build(loaded->model->weights(), Int4QuantOptions());
+  ASSERT_TRUE(river.ok());
+  DecodeEngineOptions options;
+  options.exit.min_backbone_layers = 3;
+  std::map<std::string, std::vector<int>> layers;
+  auto engine = DecodeEngine::Create(*loaded->model, river->get(), options,
+                                     [&](const TokenEvent& e) {
+                                       if (e.token_id >= 0) {
+                                         layers[e.request_id].push_back(e.backbone_layers);
+                                       }
+                                     });
+  ASSERT_TRUE(engine.ok());
+  DecodeRequest exits = Greedy("exits", {1, 403, 407, 261, 378}, 20);
+  exits.exit_threshold = -1.0f;
+  ASSERT_TRUE((*engine)->Submit(exits).ok());
+  ASSERT_TRUE((*engine)->RunUntilIdle().ok());
+  DecodeRequest stays = Greedy("stays", {1, 403, 407, 261, 378}, 20);
+  stays.exit_disabled = true;
+  ASSERT_TRUE((*engine)->Submit(stays).ok());
+  ASSERT_TRUE((*engine)->RunUntilIdle().ok());
+
+  const int n_layers = loaded->model->config().n_layers;
+  ASSERT_EQ(layers["exits"].size(), 20u);
+  EXPECT_EQ(layers["exits"][0], n_layers);  // the first token comes from the full prefill
+  for (size_t i = 1; i < layers["exits"].size(); ++i) EXPECT_EQ(layers["exits"][i], 3);
+  for (int l : layers["stays"]) EXPECT_EQ(l, n_layers);
+  const ExitStats& stats = (*engine)->exit_stats();
+  EXPECT_EQ(stats.decode_tokens(), 38);
+  EXPECT_EQ(stats.histogram()[3], 19);
+  EXPECT_EQ(stats.histogram()[n_layers], 19);
+  EXPECT_DOUBLE_EQ(stats.exit_rate(), 0.5);
+  EXPECT_GT(stats.river_kv_share(), 0.0);
+  EXPECT_LT(stats.river_kv_share(), 0.5);
 }
 
 TEST(DecodeEngineTest, RejectsBadRequestsNamingTheLimit) {

@@ -96,7 +96,14 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
   const int64_t dim = c.dim;
   const River* river = options.river;
   if (river != nullptr) ESTUARY_RETURN_IF_ERROR(options.policy.Validate(n_layers));
-  const int forced_exit = river != nullptr ? options.policy.ForcedExitAfter(n_layers) : n_layers;
+  const int forced_exit = std::min(
+      river != nullptr ? options.policy.ForcedExitAfter(n_layers) : n_layers,
+      model.resident_layers());
+  if (forced_exit < n_layers && river == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "only ", model.resident_layers(), " of ", n_layers,
+        " backbone layers are resident and no exit river was given"));
+  }
 
   // Embed every token of the batch: x is [rows][dim], entries' tokens in order.
   std::vector<int64_t> row_offset(entries.size());

@@ -10,7 +10,9 @@ absl::Status Linear::Apply(const float* x, int64_t n_tokens, float* y) const {
     Int4MatMul(*int4_, x, n_tokens, y);
     return absl::OkStatus();
   }
-  if (dense_ == nullptr) return absl::FailedPreconditionError("Linear has no weights");
+  if (dense_ == nullptr || !dense_->defined()) {
+    return absl::FailedPreconditionError("Linear has no weights (backbone layer released?)");
+  }
   return kernels::cpu::MatMul(*dense_, x, n_tokens, y);
 }
 

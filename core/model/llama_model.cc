@@ -27,6 +27,7 @@ absl::Status CheckWeight(const Tensor& tensor, const std::string& name, const Sh
 
 LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {
+  resident_layers_ = config_.n_layers;
   rope_inv_freq_ = kernels::cpu::RopeInverseFrequencies(config_.head_dim, config_.rope_theta,
                                                         config_.rope_scaling);
 }
@@ -73,6 +74,21 @@ int64_t LlamaModel::weight_bytes() const {
     }
   }
   return total;
+}
+
+absl::StatusOr<int64_t> LlamaModel::ReleaseBackboneLayersFrom(int resident_layers) {
+  if (resident_layers < 1 || resident_layers > config_.n_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("resident backbone layers ", resident_layers,
+                                                   " outside [1, ", config_.n_layers, "]"));
+  }
+  int64_t released = 0;
+  for (int l = resident_layers; l < resident_layers_; ++l) {
+    released += layer_bytes(l);
+    LlamaLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+    for (Tensor* t : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) *t = Tensor();
+  }
+  resident_layers_ = std::min(resident_layers_, resident_layers);
+  return released;
 }
 
 LayerProjections LlamaModel::backbone_projections(int layer) const {

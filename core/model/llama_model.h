@@ -27,6 +27,14 @@ class LlamaModel {
   // Bytes of weight data (what one full-depth decode step reads at least once).
   int64_t weight_bytes() const;
 
+  // Backbone offloading (design §5): drops the dense weights of layers >= `resident_layers`, so
+  // they are never read again (their memory is freed, or for a memory-mapped checkpoint never
+  // paged in by decode). Tokens must leave the backbone by then: ForwardBatch forces the exit
+  // at that layer and needs a river for the rest. Returns the bytes no longer kept.
+  absl::StatusOr<int64_t> ReleaseBackboneLayersFrom(int resident_layers);
+  // Backbone layers still held (n_layers unless released).
+  int resident_layers() const { return resident_layers_; }
+
   // Bytes of the dense weights of one decoder layer.
   int64_t layer_bytes(int layer) const { return backbone_projections(layer).bytes(); }
   // The dense (backbone) projections of `layer`, pointing into weights().
@@ -45,6 +53,7 @@ class LlamaModel {
 
   LlamaConfig config_;
   LlamaWeights weights_;
+  int resident_layers_ = 0;
   std::vector<float> rope_inv_freq_;  // per pair of a head's dimensions
 };
 

@@ -147,5 +147,80 @@ TEST(RiverTest, RiverKvLandsInTheSequencePagesWithProvenance) {
   EXPECT_EQ(exited.pages(), pages_before);
 }
 
+// batch_min: one sequence with exit disabled keeps the whole batch on the backbone; split lets
+// the other one leave alone.
+TEST(RiverTest, BatchMinCouplesTheBatchAndSplitDoesNot) {
+  auto loaded = LoadModel("../shared/models/stories12L");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const LlamaModel& model = *loaded->model;
+  const LlamaConfig& c = model.config();
+  auto river = River::Build(model.weights(), Int4QuantOptions());
+  ASSERT_TRUE(river.ok());
+  for (ExitRule rule : {ExitRule::kBatchMin, ExitRule::kSplit}) {
+    auto a = ContiguousKvCache::Create(c, 8);
+    auto b = ContiguousKvCache::Create(c, 8);
+    ASSERT_TRUE(a.ok() && b.ok());
+    const std::vector<int32_t> tokens_a = {1, 403}, tokens_b = {1, 407};
+    BatchEntry entries[2];
+    entries[0].tokens = tokens_a;
+    entries[0].kv = &*a;
+    entries[0].exit_threshold = -1.0f;  // would exit at once
+    entries[1].tokens = tokens_b;
+    entries[1].kv = &*b;
+    entries[1].exit_threshold = 2.0f;  // never exits
+    ForwardOptions options;
+    options.river = river->get();
+    options.policy.rule = rule;
+    std::vector<float> logits(2 * static_cast<size_t>(c.vocab_size));
+    EntryOutcome outcomes[2];
+    ASSERT_TRUE(ForwardBatch(model, entries, options, absl::MakeSpan(logits),
+                             absl::MakeSpan(outcomes))
+                    .ok());
+    EXPECT_EQ(outcomes[1].backbone_layers, c.n_layers) << ExitRuleName(rule);
+    EXPECT_EQ(outcomes[0].backbone_layers, rule == ExitRule::kSplit ? 1 : c.n_layers)
+        << ExitRuleName(rule);
+  }
+}
+
+// Backbone offloading: with layers >= K released, decoding forces the exit at K and equals a
+// run that forces it with --max-backbone-layers; without a river it is refused.
+TEST(RiverTest, ResidentBackboneLayersForceTheExit) {
+  auto released = LoadModel("../shared/models/stories12L");
+  auto intact = LoadModel("../shared/models/stories12L");
+  ASSERT_TRUE(released.ok() && intact.ok());
+  const LlamaConfig& c = intact->model->config();
+  auto river = River::Build(intact->model->weights(), Int4QuantOptions());
+  ASSERT_TRUE(river.ok());
+  auto saved = released->model->ReleaseBackboneLayersFrom(4);
+  ASSERT_TRUE(saved.ok());
+  EXPECT_EQ(*saved, 8 * intact->model->layer_bytes(0));
+  EXPECT_EQ(released->model->resident_layers(), 4);
+
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  std::vector<float> with_offload(c.vocab_size), with_max(c.vocab_size);
+  for (bool offload : {true, false}) {
+    auto cache = ContiguousKvCache::Create(c, 8);
+    ASSERT_TRUE(cache.ok());
+    BatchEntry entry;
+    entry.tokens = prompt;
+    entry.kv = &*cache;
+    ForwardOptions options;
+    options.river = river->get();
+    if (!offload) options.policy.max_backbone_layers = 4;
+    EntryOutcome outcome;
+    const LlamaModel& model = offload ? *released->model : *intact->model;
+    ASSERT_TRUE(ForwardBatch(model, absl::MakeConstSpan(&entry, 1), options,
+                             absl::MakeSpan(offload ? with_offload : with_max),
+                             absl::MakeSpan(&outcome, 1))
+                    .ok());
+    EXPECT_EQ(outcome.backbone_layers, 4);
+  }
+  EXPECT_EQ(with_offload, with_max);
+  auto cache = ContiguousKvCache::Create(c, 8);
+  ASSERT_TRUE(cache.ok());
+  EXPECT_EQ(released->model->Forward(prompt, 0, *cache, absl::MakeSpan(with_offload)).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace estuary

@@ -43,7 +43,6 @@ namespace estuary::int4_kernel {
 constexpr int64_t kTileRows = Int4Matrix::kTileRows;
 constexpr int64_t kBlockCols = Int4Matrix::kBlockCols;
 constexpr int64_t kSliceCols = Int4Matrix::kSliceCols;
-constexpr int kMaxChunkTokens = 8;  // tokens sharing one unpacked slice (accumulator registers)
 
 // Inputs prepared once per call and shared, read-only, by every tile.
 struct Prepared {
@@ -125,116 +124,159 @@ HWY_INLINE float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, i
 }
 
 // ---- GEMV (one token) ----------------------------------------------------------------------
+// kR rows of a tile side by side (4 on AVX-512; 2 where 16 columns take two vectors, so that
+// the unpacked words stay in registers). Every load of x serves the kR rows, and the kR group
+// accumulators are independent FMA chains.
+constexpr int kGemvRows = kVecsPerSlice == 1 ? 4 : 2;
 
-// Slice k of one row of one block: accumulate into the group accumulator `g`; at the end of a
-// group (every kS slices; with kS == 8 only when `flush` says the group ends with this block)
-// fold it into `acc` with the group's scale.
-template <int kS, int k>
-HWY_INLINE void GemvSlice(const VU* wv, const float* HWY_RESTRICT xb,
-                          const float* HWY_RESTRICT scales, int64_t g0, bool flush, VF& acc,
-                          VF& g) {
+// Slice k of one block for kR rows: accumulate into the group accumulators g[r]; at the end of
+// a group (every kS slices; with kS == 8 only when `flush` says the group ends with this block)
+// fold them into acc[r] with the rows' group scales.
+template <int kR, int kS, int k>
+HWY_INLINE void GemvSlice(const VU (&w)[kR][kVecsPerSlice], const float* HWY_RESTRICT xb,
+                          const float* HWY_RESTRICT scales, int64_t scale_stride, int64_t g0,
+                          bool flush, VF (&acc)[kR], VF (&g)[kR]) {
   const DF df;
+  HWY_UNROLL(4)
   for (size_t v = 0; v < kVecsPerSlice; ++v) {
-    g = hn::MulAdd(Unpack<k>(wv[v]), hn::Load(df, xb + k * kSliceCols + v * kN), g);
+    const VF xv = hn::Load(df, xb + k * kSliceCols + v * kN);
+    HWY_UNROLL(4)
+    for (int r = 0; r < kR; ++r) g[r] = hn::MulAdd(Unpack<k>(w[r][v]), xv, g[r]);
   }
   if constexpr ((k + 1) % kS == 0) {
     if (kS < 8 || flush) {
-      acc = hn::MulAdd(g, hn::Set(df, scales[g0 + k / kS]), acc);
-      g = hn::Zero(df);
+      HWY_UNROLL(4)
+      for (int r = 0; r < kR; ++r) {
+        acc[r] = hn::MulAdd(g[r], hn::Set(df, scales[r * scale_stride + g0 + k / kS]), acc[r]);
+        g[r] = hn::Zero(df);
+      }
     }
   }
 }
 
-template <int kS, size_t... K>
-HWY_INLINE void GemvRowBlock(std::index_sequence<K...>, const uint32_t* HWY_RESTRICT words,
-                             const float* HWY_RESTRICT xb, const float* HWY_RESTRICT scales,
-                             int64_t g0, bool flush, VF& acc, VF& g) {
+template <int kR, int kS, size_t... K>
+HWY_INLINE void GemvBlock(std::index_sequence<K...>, const uint32_t* HWY_RESTRICT words,
+                          const float* HWY_RESTRICT xb, const float* HWY_RESTRICT scales,
+                          int64_t scale_stride, int64_t g0, bool flush, VF (&acc)[kR],
+                          VF (&g)[kR]) {
   const DU du;
-  VU wv[kVecsPerSlice];
-  for (size_t v = 0; v < kVecsPerSlice; ++v) wv[v] = hn::Load(du, words + v * kN);
-  (GemvSlice<kS, static_cast<int>(K)>(wv, xb, scales, g0, flush, acc, g), ...);
+  VU w[kR][kVecsPerSlice];
+  HWY_UNROLL(4)
+  for (int r = 0; r < kR; ++r) {
+    HWY_UNROLL(4)
+    for (size_t v = 0; v < kVecsPerSlice; ++v) w[r][v] = hn::Load(du, words + r * 16 + v * kN);
+  }
+  (GemvSlice<kR, kS, static_cast<int>(K)>(w, xb, scales, scale_stride, g0, flush, acc, g), ...);
 }
 
-// One tile, one token. kS = slices per group (1, 2, 4; 8 for groups of >= 128 columns, which
-// span blocks_per_group blocks). Writes the 4 rows' dot products without the offset term.
-template <int kS>
-HWY_NOINLINE void GemvTile(const uint32_t* HWY_RESTRICT nibbles, const float* HWY_RESTRICT params,
-                           const float* HWY_RESTRICT xs, int64_t n_blocks,
-                           int64_t blocks_per_group, int64_t padded_groups, float* dots) {
+// kR rows (from `words`, the first row's words of block 0; `scales` its first scale), one
+// token. kS = slices per group (1, 2, 4; 8 for groups of >= 128 columns, which span
+// blocks_per_group blocks). Writes the dot products without the offset term.
+template <int kR, int kS>
+HWY_NOINLINE void GemvRows(const uint32_t* HWY_RESTRICT words, const float* HWY_RESTRICT scales,
+                           int64_t scale_stride, const float* HWY_RESTRICT xs, int64_t n_blocks,
+                           int64_t blocks_per_group, float* dots) {
   const DF df;
   const std::make_index_sequence<8> slices;
-  VF acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
-  VF g0v = hn::Zero(df), g1v = hn::Zero(df), g2v = hn::Zero(df), g3v = hn::Zero(df);
-  const float* s0 = params;
-  const float* s1 = params + padded_groups;
-  const float* s2 = params + 2 * padded_groups;
-  const float* s3 = params + 3 * padded_groups;
+  VF acc[kR];
+  VF g[kR];
+  for (int r = 0; r < kR; ++r) {
+    acc[r] = hn::Zero(df);
+    g[r] = hn::Zero(df);
+  }
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const uint32_t* words = nibbles + b * kTileRows * 16;
-    const float* xb = xs + b * kBlockCols;
     const int64_t g0 = kS < 8 ? b * (8 / kS) : b / blocks_per_group;
     const bool flush = kS < 8 || (b + 1) % blocks_per_group == 0 || b + 1 == n_blocks;
-    GemvRowBlock<kS>(slices, words, xb, s0, g0, flush, acc0, g0v);
-    GemvRowBlock<kS>(slices, words + 16, xb, s1, g0, flush, acc1, g1v);
-    GemvRowBlock<kS>(slices, words + 32, xb, s2, g0, flush, acc2, g2v);
-    GemvRowBlock<kS>(slices, words + 48, xb, s3, g0, flush, acc3, g3v);
+    GemvBlock<kR, kS>(slices, words + b * kTileRows * 16, xs + b * kBlockCols, scales,
+                      scale_stride, g0, flush, acc, g);
   }
-  dots[0] = hn::GetLane(hn::SumOfLanes(df, acc0));
-  dots[1] = hn::GetLane(hn::SumOfLanes(df, acc1));
-  dots[2] = hn::GetLane(hn::SumOfLanes(df, acc2));
-  dots[3] = hn::GetLane(hn::SumOfLanes(df, acc3));
+  for (int r = 0; r < kR; ++r) dots[r] = hn::GetLane(hn::SumOfLanes(df, acc[r]));
 }
 
-// ---- GEMM (2..8 tokens per chunk) ----------------------------------------------------------
+template <int kS>
+HWY_INLINE void GemvTile(const uint32_t* HWY_RESTRICT nibbles, const float* HWY_RESTRICT params,
+                         const float* HWY_RESTRICT xs, int64_t n_blocks,
+                         int64_t blocks_per_group, int64_t padded_groups, float* dots) {
+  for (int r = 0; r < kTileRows; r += kGemvRows) {
+    GemvRows<kGemvRows, kS>(nibbles + r * 16, params + r * padded_groups, padded_groups, xs,
+                            n_blocks, blocks_per_group, dots + r);
+  }
+}
 
-template <int kT, int k>
-HWY_INLINE void GemmSlice(const VU* wv, const float* HWY_RESTRICT xb, int64_t x_stride,
-                          VF scale, VF* acc) {
+// ---- GEMM (2..32 tokens, in chunks of up to kGemmTokens) ---------------------------------------
+// kR rows × kT tokens of accumulators; each unpacked slice is multiplied by its group scale once
+// and serves kT tokens, each load of x serves kR rows.
+constexpr int kGemmRows = kVecsPerSlice == 1 ? 4 : 2;
+constexpr int kGemmTokens = 4;
+
+template <int kR, int kT, int k>
+HWY_INLINE void GemmSlice(const VU (&w)[kR][kVecsPerSlice], const float* HWY_RESTRICT xb,
+                          int64_t x_stride, const float* HWY_RESTRICT scales,
+                          int64_t scale_stride, int64_t group, VF (&acc)[kR][kT]) {
   const DF df;
+  HWY_UNROLL(4)
   for (size_t v = 0; v < kVecsPerSlice; ++v) {
-    const VF d = hn::Mul(Unpack<k>(wv[v]), scale);
+    VF d[kR];
+    HWY_UNROLL(4)
+    for (int r = 0; r < kR; ++r) {
+      d[r] = hn::Mul(Unpack<k>(w[r][v]), hn::Set(df, scales[r * scale_stride + group]));
+    }
     const float* xk = xb + k * kSliceCols + v * kN;
-    for (int t = 0; t < kT; ++t) acc[t] = hn::MulAdd(d, hn::Load(df, xk + t * x_stride), acc[t]);
+    HWY_UNROLL(8)
+    for (int t = 0; t < kT; ++t) {
+      const VF xv = hn::Load(df, xk + t * x_stride);
+      HWY_UNROLL(4)
+      for (int r = 0; r < kR; ++r) acc[r][t] = hn::MulAdd(d[r], xv, acc[r][t]);
+    }
   }
 }
 
-template <int kT, size_t... K>
-HWY_INLINE void GemmRowBlock(std::index_sequence<K...>, const uint32_t* HWY_RESTRICT words,
-                             const float* HWY_RESTRICT xb, int64_t x_stride,
-                             const float* HWY_RESTRICT scales, int64_t col0, int group_shift,
-                             VF* acc) {
-  const DF df;
+template <int kR, int kT, size_t... K>
+HWY_INLINE void GemmBlock(std::index_sequence<K...>, const uint32_t* HWY_RESTRICT words,
+                          const float* HWY_RESTRICT xb, int64_t x_stride,
+                          const float* HWY_RESTRICT scales, int64_t scale_stride, int64_t col0,
+                          int group_shift, VF (&acc)[kR][kT]) {
   const DU du;
-  VU wv[kVecsPerSlice];
-  for (size_t v = 0; v < kVecsPerSlice; ++v) wv[v] = hn::Load(du, words + v * kN);
-  (GemmSlice<kT, static_cast<int>(K)>(
-       wv, xb, x_stride,
-       hn::Set(df, scales[(col0 + static_cast<int64_t>(K) * kSliceCols) >> group_shift]), acc),
+  VU w[kR][kVecsPerSlice];
+  HWY_UNROLL(4)
+  for (int r = 0; r < kR; ++r) {
+    HWY_UNROLL(4)
+    for (size_t v = 0; v < kVecsPerSlice; ++v) w[r][v] = hn::Load(du, words + r * 16 + v * kN);
+  }
+  (GemmSlice<kR, kT, static_cast<int>(K)>(
+       w, xb, x_stride, scales, scale_stride,
+       (col0 + static_cast<int64_t>(K) * kSliceCols) >> group_shift, acc),
    ...);
 }
 
-// One row of a tile for kT tokens (x rows at xs + t * x_stride): the dot products without the
-// offset term, into dots[t].
-template <int kT>
-HWY_NOINLINE void GemmRow(const uint32_t* HWY_RESTRICT row_words, const float* HWY_RESTRICT scales,
-                          const float* HWY_RESTRICT xs, int64_t x_stride, int64_t n_blocks,
-                          int group_shift, float* dots) {
+// kR rows × kT tokens (x rows at xs + t * x_stride): the dot products without the offset term,
+// into dots[r * kGemmTokens + t].
+template <int kR, int kT>
+HWY_NOINLINE void GemmRows(const uint32_t* HWY_RESTRICT words, const float* HWY_RESTRICT scales,
+                           int64_t scale_stride, const float* HWY_RESTRICT xs, int64_t x_stride,
+                           int64_t n_blocks, int group_shift, float* dots) {
   const DF df;
   const std::make_index_sequence<8> slices;
-  VF acc[kT];
-  for (int t = 0; t < kT; ++t) acc[t] = hn::Zero(df);
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    GemmRowBlock<kT>(slices, row_words + b * kTileRows * 16, xs + b * kBlockCols, x_stride,
-                     scales, b * kBlockCols, group_shift, acc);
+  VF acc[kR][kT];
+  for (int r = 0; r < kR; ++r) {
+    for (int t = 0; t < kT; ++t) acc[r][t] = hn::Zero(df);
   }
-  for (int t = 0; t < kT; ++t) dots[t] = hn::GetLane(hn::SumOfLanes(df, acc[t]));
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    GemmBlock<kR, kT>(slices, words + b * kTileRows * 16, xs + b * kBlockCols, x_stride, scales,
+                      scale_stride, b * kBlockCols, group_shift, acc);
+  }
+  for (int r = 0; r < kR; ++r) {
+    for (int t = 0; t < kT; ++t) {
+      dots[r * kGemmTokens + t] = hn::GetLane(hn::SumOfLanes(df, acc[r][t]));
+    }
+  }
 }
 
-using GemmRowFn = void (*)(const uint32_t*, const float*, const float*, int64_t, int64_t, int,
-                           float*);
-constexpr GemmRowFn kGemmRows[kMaxChunkTokens + 1] = {
-    nullptr,    &GemmRow<1>, &GemmRow<2>, &GemmRow<3>, &GemmRow<4>,
-    &GemmRow<5>, &GemmRow<6>, &GemmRow<7>, &GemmRow<8>};
+using GemmRowsFn = void (*)(const uint32_t*, const float*, int64_t, const float*, int64_t,
+                            int64_t, int, float*);
+constexpr GemmRowsFn kGemmRowsFns[kGemmTokens + 1] = {
+    nullptr, &GemmRows<kGemmRows, 1>, &GemmRows<kGemmRows, 2>, &GemmRows<kGemmRows, 3>,
+    &GemmRows<kGemmRows, 4>};
 
 int Log2(int64_t v) {
   int s = 0;
@@ -252,7 +294,7 @@ void TilesImpl(const Int4Matrix& w, const Prepared& p, int64_t tile_begin, int64
   const float mult = w.param_multiplier();
   float* params = Scratch(0, static_cast<size_t>(2 * kTileRows * pg));
   const float* offsets = params + kTileRows * pg;
-  float dots[kTileRows * kMaxChunkTokens];
+  float dots[kTileRows * kGemmTokens];
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
     LoadTileParams(w, tile, pg, params);
     const uint32_t* nibbles = w.tile_nibbles(tile);
@@ -279,14 +321,17 @@ void TilesImpl(const Int4Matrix& w, const Prepared& p, int64_t tile_begin, int64
       continue;
     }
     const int shift = Log2(group);
-    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kMaxChunkTokens) {
-      const int chunk = static_cast<int>(std::min<int64_t>(kMaxChunkTokens, p.n_tokens - t0));
-      for (int64_t r = 0; r < live; ++r) {
-        kGemmRows[chunk](nibbles + r * 16, params + r * pg, p.xs + t0 * p.padded_cols,
-                         p.padded_cols, n_blocks, shift, dots);
-        for (int t = 0; t < chunk; ++t) {
-          const float* xsum = p.xsum + (t0 + t) * pg;
-          y[(t0 + t) * rows + row0 + r] = mult * (dots[t] + Dot(offsets + r * pg, xsum, pg));
+    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kGemmTokens) {
+      const int chunk = static_cast<int>(std::min<int64_t>(kGemmTokens, p.n_tokens - t0));
+      for (int64_t r0 = 0; r0 < live; r0 += kGemmRows) {
+        kGemmRowsFns[chunk](nibbles + r0 * 16, params + r0 * pg, pg, p.xs + t0 * p.padded_cols,
+                            p.padded_cols, n_blocks, shift, dots);
+        for (int64_t r = r0; r < std::min<int64_t>(live, r0 + kGemmRows); ++r) {
+          for (int t = 0; t < chunk; ++t) {
+            const float* xsum = p.xsum + (t0 + t) * pg;
+            y[(t0 + t) * rows + row0 + r] =
+                mult * (dots[(r - r0) * kGemmTokens + t] + Dot(offsets + r * pg, xsum, pg));
+          }
         }
       }
     }

@@ -1,19 +1,26 @@
-// Multi-token GEMV Y = X W^T over bf16, f16 and f32 weights, with Highway runtime dispatch.
+// Multi-token GEMV y[t] = W x[t] over bf16, f16 and f32 weights, with Highway runtime dispatch.
 //
 // Layouts: w is [rows][cols] row-major, x is [n_tokens][cols], y is [n_tokens][rows].
 //
-// Batched decode multiplies the same weight by a few token vectors. Each weight element is read
-// from memory once per call for up to kChunkTokens tokens: a block of kTileRows consecutive rows
-// is multiplied by every token of the chunk, kTileTokens tokens at a time, so that after the first
-// token tile the block is re-read from L1/L2 rather than from DRAM. Inside a tile each widened
-// weight vector feeds kTileTokens FMAs and each x vector kTileRows FMAs, with one accumulator per
-// (row, token) held in registers. At a handful of tokens the kernel is bound by memory bandwidth;
-// from about 8 tokens on by FMA throughput (one f32 FMA per weight element and token).
+// A batched decode step multiplies each weight by a few token vectors. The token loop runs inside
+// the row loop, so each weight element is read from memory once per pass of up to ChunkTokens()
+// tokens (all of them at Llama-3.2-1B widths and the batch sizes MatMul sends here): a block of
+// kTileRows consecutive rows is multiplied by every token of the pass, kTileTokens tokens at a
+// time, and after the first token tile the block comes from L1/L2. Inside a tile each widened
+// weight vector feeds kTileTokens FMAs and each x vector kTileRows FMAs, one accumulator per
+// (row, token) in registers. While the first token tile of a block runs, the next block is
+// prefetched into L2.
+//
+// Roofline on Zen 4 (one core): f32 FMA peak ~58 G/s (one 512-bit FMA per cycle at 3.6 GHz) and
+// streaming read ~30 GB/s. bf16 costs one FMA per weight element per token, so from about 4
+// tokens on the kernel is compute-bound: its weight rate is at most 2 bytes * 58e9 / n_tokens,
+// ~29 GB/s at 4 tokens and ~7 GB/s at 16. Measured (bench/gemv_benchmark): ~0.7 of streaming at
+// 4 tokens, ~0.2 at 16, each within ~20% of that bound.
 //
 // bf16 uses the same trick as gemv.cc: 2N bf16 loaded as N u32 lanes give the even-indexed
 // elements by `lane << 16` and the odd-indexed ones by `lane & 0xffff0000`, so x is copied once
-// per call into the matching even/odd order (per token, per block of 2N columns). Columns past the
-// last full vector block use a scalar loop, as does the HWY_SCALAR target.
+// per pass into the matching even/odd order (per token, per block of 2N columns). Columns past
+// the last full vector block use a scalar loop, as does the HWY_SCALAR target.
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "core/kernels/cpu/gemv_batch.cc"
@@ -40,23 +47,18 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-#ifndef ESTUARY_GEMV_BATCH_ROWS
-#define ESTUARY_GEMV_BATCH_ROWS (HWY_MAX_BYTES >= 64 ? 4 : 2)
-#endif
-#ifndef ESTUARY_GEMV_BATCH_TOKENS
-#define ESTUARY_GEMV_BATCH_TOKENS 4
-#endif
-#ifndef ESTUARY_GEMV_BATCH_CHUNK_BYTES
-#define ESTUARY_GEMV_BATCH_CHUNK_BYTES (256 << 10)
-#endif
-
-// Register tile: kTileRows rows x kTileTokens tokens = that many accumulators. AVX-512 has 32
-// vector registers (16 accumulators + 8 widened weights + 2 x), AVX2 and below 16.
-constexpr int kTileRows = ESTUARY_GEMV_BATCH_ROWS;
-constexpr int kTileTokens = ESTUARY_GEMV_BATCH_TOKENS;
+// Register tile: kTileRows rows x kTileTokens tokens, one accumulator each. AVX-512 has 32 vector
+// registers: 16 accumulators + 8 widened bf16 weights + 2 x. AVX2 and below have 16: 2 x 4.
+// Measured on Zen 4 with the weights in L2 (the compute rate): 4 x 4 runs at ~55 GFMA/s, 95% of
+// the core's f32 FMA peak; 2 x 4 and 2 x 8 reach ~40, 1 x 4 and 1 x 8 ~30 (x loads bound), 8 x 2
+// ~35-50.
+constexpr int kTileRows = HWY_MAX_BYTES >= 64 ? 4 : 2;
+constexpr int kTileTokens = 4;
 // Tokens per pass over the weight: as many as keep the pass's x (tokens * cols floats) within
-// kChunkBytes of L2, at least kTileTokens.
-constexpr size_t kChunkBytes = ESTUARY_GEMV_BATCH_CHUNK_BYTES;
+// kChunkBytes (L2 holds it next to the weight rows in flight), at least kTileTokens: 32 tokens at
+// 2048 columns, 8 at 8192. Past one pass the kernel is compute-bound, so re-reading the weight
+// per pass costs little; 64 KiB to 1 MiB measured the same within noise.
+constexpr size_t kChunkBytes = size_t{256} << 10;
 
 [[maybe_unused]] static size_t ChunkTokens(size_t cols, size_t n_tokens) {
   const size_t fit = kChunkBytes / (std::max<size_t>(cols, 1) * sizeof(float));
@@ -93,7 +95,8 @@ struct F32Elem {
 };
 
 // Adds the scalar part over columns [begin, end) of every (row, token) of a tile to
-// out[t * R + r]. `w` is the tile's first row, `x` the tile's first token.
+// out[t * R + r]. `w` is the tile's first row, `x` the tile's first token; both weight rows and
+// x tokens are `stride` (= cols) apart.
 template <class Elem, int R, int T, typename W>
 HWY_INLINE void AddTails(const W* HWY_RESTRICT w, size_t stride, const float* HWY_RESTRICT x,
                          size_t begin, size_t end, float* HWY_RESTRICT out) {
@@ -138,6 +141,7 @@ HWY_INLINE void ForEachTokenTile(size_t nt, const Runner& runner) {
   }
   for (; t + kTileTokens <= nt; t += kTileTokens) runner.template Run<kTileTokens, false>(t);
   const bool first = t == 0;
+  static_assert(kTileTokens <= 8, "one case per remainder below");
   switch (nt - t) {
 #define ESTUARY_REMAINDER_TILE(TT)                                      \
   case TT:                                                              \
@@ -212,7 +216,11 @@ HWY_INLINE void Bf16Tile(const uint16_t* HWY_RESTRICT w, size_t stride,
     VF even[R];
     VF odd[R];
     for (int r = 0; r < R; ++r) {
-      if constexpr (kPrefetch) PrefetchToL2(prefetch + r * stride + i);
+      // One prefetch per row and cache line (an iteration covers a line with AVX-512, half
+      // of one with AVX2).
+      if constexpr (kPrefetch) {
+        if (i % (64 / sizeof(uint16_t)) == 0) PrefetchToL2(prefetch + r * stride + i);
+      }
       const auto raw = hn::BitCast(du32, hn::LoadU(du16, w + r * stride + i));
       even[r] = hn::BitCast(df, hn::ShiftLeft<16>(raw));
       odd[r] = hn::BitCast(df, hn::And(raw, hi_mask));
@@ -270,10 +278,10 @@ void GemvBatchBf16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT
       const float* src = xc + t * c;
       float* dst = xe + t * main;
       for (size_t b = 0; b < main; b += 2 * n) {
-        for (size_t j = 0; j < n; ++j) {
-          dst[b + j] = src[b + 2 * j];
-          dst[b + n + j] = src[b + 2 * j + 1];
-        }
+        const VF lo = hn::LoadU(df, src + b);
+        const VF hi = hn::LoadU(df, src + b + n);
+        hn::Store(hn::ConcatEven(df, hi, lo), df, dst + b);
+        hn::Store(hn::ConcatOdd(df, hi, lo), df, dst + b + n);
       }
     }
     float* yc = y + t0 * r_count;

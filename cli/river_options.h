@@ -1,0 +1,14 @@
+#pragma once
+// The exit river's flags as the commands share them: how to quantize it and when to exit.
+
+#include "core/model/exit_policy.h"
+#include "core/quant/int4_matrix.h"
+
+namespace estuary::cli {
+
+struct RiverOptions {
+  Int4QuantOptions quant;
+  ExitPolicy policy;
+};
+
+}  // namespace estuary::cli
