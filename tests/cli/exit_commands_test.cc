@@ -1,0 +1,91 @@
+// `estuary eval-exit` and `estuary bench-decode` as a user runs them: real binary, JSON output.
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/subprocess.h"
+
+namespace estuary {
+namespace {
+namespace fs = std::filesystem;
+using ::estuary::testing::BinaryPath;
+using ::estuary::testing::RunProcess;
+
+nlohmann::json RunJson(const std::vector<std::string>& argv) {
+  auto result = RunProcess(argv);
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (!result.ok()) return {};
+  EXPECT_EQ(result->exit_code, 0) << result->err;
+  nlohmann::json out = nlohmann::json::parse(result->out, nullptr, false);
+  EXPECT_TRUE(out.is_object()) << result->out << result->err;
+  return out;
+}
+
+TEST(EvalExitCommandTest, RowsPerThresholdAndFullInt4) {
+  const fs::path prompts = fs::temp_directory_path() / "estuary-eval-prompts.txt";
+  std::ofstream(prompts) << "Once upon a time\nThe little dog was sad because\n";
+  const nlohmann::json out =
+      RunJson({BinaryPath("cli/estuary"), "eval-exit", "--model", "../shared/models/stories12L",
+               "--taus", "2,0.8", "--prompts", prompts.string(), "--max-tokens", "24", "--json"});
+  fs::remove(prompts);
+  ASSERT_TRUE(out.contains("rows"));
+  const auto& rows = out["rows"];
+  ASSERT_EQ(rows.size(), 3u);
+  for (const char* field : {"tau", "mean_backbone_layers", "exit_rate", "top1_agreement",
+                            "nll_delta", "kv_cosine_min", "modeled_bytes_ratio",
+                            "measured_speedup"}) {
+    for (const auto& row : rows) EXPECT_TRUE(row.contains(field)) << field;
+  }
+  // τ = 2 never exits: full depth, identical predictions, no NLL change, full bytes.
+  EXPECT_DOUBLE_EQ(rows[0]["mean_backbone_layers"].get<double>(), 12.0);
+  EXPECT_DOUBLE_EQ(rows[0]["top1_agreement"].get<double>(), 1.0);
+  EXPECT_NEAR(rows[0]["nll_delta"].get<double>(), 0.0, 1e-9);
+  EXPECT_DOUBLE_EQ(rows[0]["modeled_bytes_ratio"].get<double>(), 1.0);
+  // τ = 0.8 exits early and reads fewer bytes; full int4 runs no backbone layer.
+  EXPECT_LT(rows[1]["mean_backbone_layers"].get<double>(), 12.0);
+  EXPECT_LT(rows[1]["modeled_bytes_ratio"].get<double>(), 1.0);
+  EXPECT_EQ(rows[2]["tau"], "full-int4");
+  EXPECT_DOUBLE_EQ(rows[2]["mean_backbone_layers"].get<double>(), 0.0);
+  EXPECT_GT(rows[2]["kv_cosine_min"].get<double>(), 0.9);
+}
+
+TEST(BenchDecodeCommandTest, ModesAndBatchesOnATinySynthModel) {
+  const fs::path dir = fs::temp_directory_path() / "estuary-bench-tiny";
+  auto synth = RunProcess({BinaryPath("cli/estuary"), "synth", "--preset", "tiny", "--out",
+                           dir.string()});
+  ASSERT_TRUE(synth.ok() && synth->exit_code == 0);
+  const nlohmann::json out =
+      RunJson({BinaryPath("cli/estuary"), "bench-decode", "--model", dir.string(), "--batch",
+               "1,3", "--exit-after", "1", "--steps", "2", "--json"});
+  fs::remove_all(dir);
+  ASSERT_TRUE(out.contains("rows"));
+  ASSERT_EQ(out["rows"].size(), 6u);
+  EXPECT_GT(out["stream_read_gbytes_per_second"].get<double>(), 0.0);
+  for (const auto& row : out["rows"]) {
+    EXPECT_GT(row["tokens_per_second"].get<double>(), 0.0);
+    EXPECT_GT(row["bytes_per_token"].get<double>(), 0.0);
+    EXPECT_TRUE(row["mode"] == "full" || row["mode"] == "river" || row["mode"] == "int4");
+  }
+  // Fewer bytes per token on the river than at full depth, fewest on full int4.
+  EXPECT_LT(out["rows"][1]["bytes_per_token"].get<double>(),
+            out["rows"][0]["bytes_per_token"].get<double>());
+  EXPECT_LT(out["rows"][2]["bytes_per_token"].get<double>(),
+            out["rows"][1]["bytes_per_token"].get<double>());
+}
+
+TEST(BenchDecodeCommandTest, BadFlagsAreRejected) {
+  auto result = RunProcess({BinaryPath("cli/estuary"), "bench-decode"});
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->exit_code, 2);
+  EXPECT_NE(result->err.find("--model"), std::string::npos) << result->err;
+  result = RunProcess({BinaryPath("cli/estuary"), "eval-exit", "--model",
+                       "../shared/models/stories12L", "--prompts",
+                       "../shared/models/stories12L/prompts.txt", "--taus", "0.8,abc"});
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->exit_code, 2);
+  EXPECT_NE(result->err.find("abc"), std::string::npos) << result->err;
+}
+
+}  // namespace
+}  // namespace estuary
