@@ -10,7 +10,10 @@
 //                 sequences) at the same shapes but the LM head, weights cycled the same way;
 // and prints a table of weight GB/s (bytes of W per call / time, 1 GB = 1e9 bytes; the same for
 // one token or N) and the ratio to stream_read. A batched row at ratio 1 would cost one weight
-// stream for all N tokens; the per-token GEMV costs N streams.
+// stream for all N tokens; the per-token GEMV costs N streams. "x N gemv" is the batched call's
+// speed-up over N calls of the one-token GEMV at the same shape (N * its GB/s / the GEMV's).
+// Batched rows are compute-bound from ~4 tokens (one f32 FMA per weight element and token), so
+// their ratio falls roughly as 1/N; see core/kernels/cpu/gemv_batch.cc.
 //
 // Usage: gemv_benchmark [--json] [--pool_mib=N] [--benchmark_* flags]
 //   By default every benchmark runs 5 times in random order; the table shows the median GB/s
@@ -257,10 +260,11 @@ void PrintSummary(const CapturingReporter& reporter, bool json) {
         "\nGemvBf16 / GemvBatchBf16 (target %s), single thread, median of %zu repetition(s);\n"
         "GB/s = bytes of W per call / time, for all the call's tokens\n",
         target.c_str(), reporter.Repetitions("stream_read"));
-    std::printf("%-34s %10s %8s %10s %8s   %s\n", "shape", "GB/s", "ratio", "best GB/s", "ratio",
-                "GB/s min..max");
-    std::printf("%-34s %10.2f %8.2f %10.2f %8.2f   %.2f..%.2f\n", "stream_read", stream / kGB, 1.0,
-                stream_best / kGB, 1.0, reporter.MinRate("stream_read") / kGB, stream_best / kGB);
+    std::printf("%-38s %8s %7s %10s %7s %9s   %s\n", "shape", "GB/s", "ratio", "best GB/s", "ratio",
+                "x N gemv", "GB/s min..max");
+    std::printf("%-38s %8.2f %7.2f %10.2f %7.2f %9s   %.2f..%.2f\n", "stream_read", stream / kGB,
+                1.0, stream_best / kGB, 1.0, "", reporter.MinRate("stream_read") / kGB,
+                stream_best / kGB);
   }
   bool first = true;
   for (const SummaryRow& row : SummaryRows()) {
@@ -269,18 +273,27 @@ void PrintSummary(const CapturingReporter& reporter, bool json) {
     const double rate = reporter.MedianRate(name);
     if (rate == 0.0) continue;  // filtered out
     const double ratio = stream > 0 ? rate / stream : 0.0;
+    // Batched rows: the speed-up over running the one-token GEMV once per token at the same
+    // shape, n_tokens * rate / GEMV rate (0 when that row did not run).
+    const double gemv_rate = reporter.MedianRate(GemvName(shape));
+    const double speedup = row.n_tokens > 1 && gemv_rate > 0
+                               ? static_cast<double>(row.n_tokens) * rate / gemv_rate
+                               : 0.0;
     if (json) {
       std::printf(
           "%s{\"shape\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"tokens\": %lld, "
-          "\"gbps\": %.3f, \"ratio\": %.4f, \"best_gbps\": %.3f, \"best_ratio\": %.4f}",
+          "\"gbps\": %.3f, \"ratio\": %.4f, \"best_gbps\": %.3f, \"best_ratio\": %.4f, "
+          "\"speedup_vs_gemv\": %.3f}",
           first ? "" : ", ", shape.name, static_cast<long long>(shape.rows),
           static_cast<long long>(shape.cols), static_cast<long long>(row.n_tokens), rate / kGB,
           ratio, reporter.MaxRate(name) / kGB,
-          stream_best > 0 ? reporter.MaxRate(name) / stream_best : 0.0);
+          stream_best > 0 ? reporter.MaxRate(name) / stream_best : 0.0, speedup);
     } else {
       const double best = reporter.MaxRate(name);
-      std::printf("%-34s %10.2f %8.2f %10.2f %8.2f   %.2f..%.2f\n", name.c_str(), rate / kGB, ratio,
-                  best / kGB, stream_best > 0 ? best / stream_best : 0.0,
+      char speedup_text[16] = "";
+      if (speedup > 0) std::snprintf(speedup_text, sizeof(speedup_text), "%.2f", speedup);
+      std::printf("%-38s %8.2f %7.2f %10.2f %7.2f %9s   %.2f..%.2f\n", name.c_str(), rate / kGB,
+                  ratio, best / kGB, stream_best > 0 ? best / stream_best : 0.0, speedup_text,
                   reporter.MinRate(name) / kGB, best / kGB);
     }
     first = false;

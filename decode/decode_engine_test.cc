@@ -171,6 +171,30 @@ TEST(DecodeEngineTest, RiverCountersAndPerRequestThresholds) {
   EXPECT_LT(stats.river_kv_share(), 0.5);
 }
 
+// A second request with the same long prompt reuses the first one's full pages (prefix cache)
+// and produces the same greedy output.
+TEST(DecodeEngineTest, PrefixCacheReusesFullPromptPages) {
+  auto loaded = LoadModel("../shared/models/stories260K");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::vector<Golden> cases = LoadGolden("stories260K");
+  const Golden& long_case = cases.back();  // an 88-token prompt: five full pages of 16
+  ASSERT_GT(long_case.prompt_ids.size(), 64u);
+  Collector collector;
+  auto engine = DecodeEngine::Create(*loaded->model, nullptr, DecodeEngineOptions(),
+                                     collector.Sink());
+  ASSERT_TRUE(engine.ok());
+  ASSERT_TRUE((*engine)->Submit(Greedy("first", long_case.prompt_ids, 30)).ok());
+  ASSERT_TRUE((*engine)->RunUntilIdle().ok());
+  const int64_t hits_before = (*engine)->pool().prefix_hits();
+  ASSERT_TRUE((*engine)->Submit(Greedy("second", long_case.prompt_ids, 30)).ok());
+  ASSERT_TRUE((*engine)->RunUntilIdle().ok());
+  EXPECT_GE((*engine)->pool().prefix_hits() - hits_before, 4);
+  EXPECT_EQ(collector.tokens["first"], collector.tokens["second"]);
+  EXPECT_EQ(collector.tokens["first"],
+            std::vector<int32_t>(long_case.completion_ids.begin(),
+                                 long_case.completion_ids.begin() + 30));
+}
+
 TEST(DecodeEngineTest, RejectsBadRequestsNamingTheLimit) {
   auto loaded = LoadModel("../shared/models/stories260K");
   ASSERT_TRUE(loaded.ok()) << loaded.status();

@@ -1,19 +1,32 @@
 // Int4MatMul: int4 weights (Int4Matrix layout, see int4_matrix.h) × f32 activations, Highway
-// runtime dispatch.
+// runtime dispatch. Memory order: one 4-row tile at a time (its f16 parameters, then its
+// nibbles: one linear stream over the whole matrix); within a tile, block by block, the rows of a
+// block side by side.
 //
-// Unpacking without shifts: u32 word j of a block holds column 16k + j in bits [4k, 4k+4). Masking
-// bits [4k, 4k+4) and converting the int32 gives q · 2^(4k) exactly, so x is copied once per call
-// pre-multiplied by 2^(-4k) for the columns of slice k (exact: powers of two). The top nibble is
-// taken by one logical shift (q itself, x unscaled). One slice of 16 weights then costs one
-// integer op, one int→float conversion and one FMA per 16 lanes (two of each on AVX2).
+// GEMV (one token): the weights are streamed once, so the kernel must unpack at memory speed.
+// Per group g of row r:  y_r = Σ_g s_rg Σ_{i∈g} q_i x_i + Σ_g m_rg X_g,  X_g = Σ_{i∈g} x_i.
+// x is converted once per call to int16 per group: x_i ≈ x16_i · e_g with e_g = max_g |x| / 32767
+// (relative error <= 2^-16 of the group's largest |x|: a 16-bit activation, as W4A16). Then
+// Σ q_i x16_i is an exact integer: u16 lanes hold 4 nibbles, one shift and/or one AND give
+// 32 codes, and one multiply-add of int16 pairs (vpmaddwd) plus one add accumulate them in int32
+// — about half the work of widening codes to f32, which cannot keep up with memory on one core
+// (and + cvt + fma per 16 weights runs at 1.5 cycles on Zen 4). At the end of each group the
+// int32 sums are converted and folded into f32 accumulators with one FMA by s_rg · e_g.
+// Products of a group stay below 2^31 (1024 · 15 · 32767 < 2^29).
 //
-// Group parameters: y = Σ_g s_g Σ_{i∈g} q_i x_i + Σ_g m_g X_g, X_g = Σ_{i∈g} x_i computed once per
-// call. The GEMV keeps one accumulator per row and group and folds it in with one FMA by s_g per
-// group; the GEMM multiplies each unpacked slice by s_g once and shares it across the tokens.
-// Both multiply by the matrix's param_multiplier at the end.
+// Panels (int4_matrix.h) run one after the other, each over all tiles, so that the panel's x
+// (8 KiB as int16) stays in L1 next to the weight stream; outputs add up over panels.
 //
-// Memory order: one 4-row tile at a time (its f16 parameters, then its nibbles: one linear
-// stream over the whole matrix); within a tile, block by block, the 4 rows of a block together.
+// GEMM (2..32 tokens): f32, because there the FMA per weight and token dominates. The same bytes
+// are read as u32 lanes: nibble p (bits [4p, 4p+4)) of u32 lane i is column 32 (p % 4) + 2 i +
+// p / 4 of the block. Masking bits [4p, 4p+4) and converting gives q · 2^(4p) exactly; x is copied
+// once per call in that column order and pre-multiplied by 2^(-4p) (exact), the top nibble is
+// taken by one shift. Each unpacked vector is multiplied by its group scale once and serves up to
+// 4 tokens; each load of x serves 4 rows (2 on AVX2). Token chunks of 4 reuse the tile from L1,
+// so the weights are read from memory once per call.
+//
+// All accumulation is f32 (int32 within a GEMV group); the matrix's param_multiplier is applied
+// to each output.
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "core/quant/int4_matmul.cc"
@@ -24,6 +37,7 @@
 #ifndef ESTUARY_CORE_QUANT_INT4_MATMUL_ONCE
 #define ESTUARY_CORE_QUANT_INT4_MATMUL_ONCE
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -42,26 +56,38 @@ namespace estuary::int4_kernel {
 
 constexpr int64_t kTileRows = Int4Matrix::kTileRows;
 constexpr int64_t kBlockCols = Int4Matrix::kBlockCols;
-constexpr int64_t kSliceCols = Int4Matrix::kSliceCols;
+constexpr int64_t kSliceCols = Int4Matrix::kSliceCols;  // 32: one u16 nibble position
+constexpr int kGemmTokens = 4;  // tokens per GEMM chunk (accumulator registers)
 
-// Inputs prepared once per call and shared, read-only, by every tile.
+// Per-call inputs shared, read-only, by every tile.
 struct Prepared {
-  const float* xs = nullptr;    // [n_tokens][padded_cols]: x scaled by 2^(-4k) per slice k
-  const float* xsum = nullptr;  // [n_tokens][padded_groups]: Σ of x over each group
   int64_t n_tokens = 0;
   int64_t padded_cols = 0;    // n_blocks * 128
-  int64_t padded_groups = 0;  // >= n_groups and >= every group index a padded slice maps to
+  int64_t padded_groups = 0;  // round_up(n_groups, 16) + 16: room for every panel's padding
+  // GEMV (n_tokens == 1): x as int16 per group, and the per-group step e_g.
+  const int16_t* x16 = nullptr;  // [padded_cols]
+  const float* xstep = nullptr;  // [padded_groups]
+  // GEMM: x in the u32-nibble column order, scaled by 2^(-4p). [n_tokens][padded_cols]
+  const float* xs = nullptr;
+  // Both: Σ of x over each group. [n_tokens][padded_groups]
+  const float* xsum = nullptr;
 };
 
-// Thread-local growable f32 scratch, one per `slot`.
-inline float* Scratch(int slot, size_t n) {
-  thread_local hwy::AlignedFreeUniquePtr<float[]> buffers[2];
+// Thread-local growable scratch, one per `slot`, 64-byte aligned.
+inline void* Scratch(int slot, size_t bytes) {
+  thread_local hwy::AlignedFreeUniquePtr<uint8_t[]> buffers[2];
   thread_local size_t capacity[2] = {0, 0};
-  if (n > capacity[slot]) {
-    buffers[slot] = hwy::AllocateAligned<float>(n);
-    capacity[slot] = n;
+  if (bytes > capacity[slot]) {
+    buffers[slot] = hwy::AllocateAligned<uint8_t>(bytes);
+    capacity[slot] = bytes;
   }
   return buffers[slot].get();
+}
+
+inline int Log2(int64_t v) {
+  int s = 0;
+  while ((int64_t{1} << s) < v) ++s;
+  return s;
 }
 
 }  // namespace estuary::int4_kernel
@@ -72,188 +98,252 @@ namespace estuary::int4_kernel {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-using DF = hn::CappedTag<float, 16>;  // a slice is 16 columns: 1, 2, 4 or 16 vectors
-using DU = hn::RebindToUnsigned<DF>;
-using DI = hn::RebindToSigned<DF>;
+// GEMV tags: a slice is 32 u16 lanes (one vector on AVX-512, two on AVX2).
+using D16 = hn::CappedTag<int16_t, 32>;
+using DU16 = hn::RebindToUnsigned<D16>;
+using D32 = hn::RepartitionToWide<D16>;
+using DF = hn::Rebind<float, D32>;
+using DU32 = hn::RebindToUnsigned<DF>;
+using V16 = hn::Vec<D16>;
+using VU16 = hn::Vec<DU16>;
+using V32 = hn::Vec<D32>;
 using VF = hn::Vec<DF>;
-using VU = hn::Vec<DU>;
-constexpr size_t kN = hn::MaxLanes(DF());
-constexpr size_t kVecsPerSlice = kSliceCols / kN;
+using VU32 = hn::Vec<DU32>;
+constexpr size_t kN16 = hn::MaxLanes(D16());
+constexpr size_t kNF = hn::MaxLanes(DF());
+constexpr size_t kVecs16 = kSliceCols / kN16;  // u16 vectors per 32-column slice
+constexpr size_t kVecsF = 16 / kNF;            // f32 vectors per 16-lane u32 slice (GEMM)
 
-// Slice k of a u32 vector as f32: q · 2^(4k) (k < 7) or q (k == 7).
-template <int k>
-HWY_INLINE VF Unpack(VU w) {
+// ---- Per-call preparation ------------------------------------------------------------------
+
+// Σ over [begin, end) and max |x| (vector part and scalar tail).
+HWY_INLINE void SumAndMaxAbs(const float* HWY_RESTRICT x, int64_t begin, int64_t end,
+                             float* sum, float* max_abs) {
   const DF df;
-  const DU du;
-  const DI di;
-  if constexpr (k == 7) {
-    return hn::ConvertTo(df, hn::BitCast(di, hn::ShiftRight<28>(w)));
-  } else {
-    return hn::ConvertTo(df, hn::BitCast(di, hn::And(w, hn::Set(du, 0xFu << (4 * k)))));
+  VF s = hn::Zero(df), m = hn::Zero(df);
+  int64_t i = begin;
+  for (; i + static_cast<int64_t>(kNF) <= end; i += kNF) {
+    const VF v = hn::LoadU(df, x + i);
+    s = hn::Add(s, v);
+    m = hn::Max(m, hn::Abs(v));
   }
+  float ss = hn::GetLane(hn::SumOfLanes(df, s));
+  float mm = hn::GetLane(hn::MaxOfLanes(df, m));
+  for (; i < end; ++i) {
+    ss += x[i];
+    mm = std::max(mm, std::fabs(x[i]));
+  }
+  *sum = ss;
+  *max_abs = mm;
 }
 
-// f16 parameters of one tile to f32: out[p * padded_groups + g] for p in 0..7 (scales of rows
-// 0..3, then offsets of rows 0..3), zero beyond n_groups.
-void LoadTileParams(const Int4Matrix& w, int64_t tile, int64_t padded_groups, float* out) {
+void PrepareGemvImpl(const float* HWY_RESTRICT x, int64_t cols, int64_t group,
+                     int64_t padded_cols, int64_t padded_groups, int16_t* HWY_RESTRICT x16,
+                     float* HWY_RESTRICT xstep, float* HWY_RESTRICT xsum) {
   const DF df;
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  const int64_t n_groups = w.n_groups();
-  const uint16_t* src = w.tile_scales(tile);  // scales then offsets, [8][n_groups]
-  for (int64_t p = 0; p < 2 * kTileRows; ++p) {
-    const uint16_t* in = src + p * n_groups;
-    float* dst = out + p * padded_groups;
-    int64_t g = 0;
-    for (; g + static_cast<int64_t>(kN) <= n_groups; g += kN) {
-      const auto h = hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(in + g));
-      hn::Store(hn::PromoteTo(df, h), df, dst + g);
+  const hn::Rebind<int16_t, DF> d16h;  // half-width int16 for DemoteTo
+  for (int64_t g = 0; g < padded_groups; ++g) {
+    const int64_t begin = g * group;
+    const int64_t end = std::min(cols, begin + group);
+    if (begin >= cols) {
+      xstep[g] = 0.0f;
+      xsum[g] = 0.0f;
+      continue;
     }
-    for (; g < n_groups; ++g) dst[g] = F16ToF32(in[g]);
-    for (; g < padded_groups; ++g) dst[g] = 0.0f;
+    float sum, max_abs;
+    SumAndMaxAbs(x, begin, end, &sum, &max_abs);
+    xsum[g] = sum;
+    xstep[g] = max_abs / 32767.0f;
+    const float inv = max_abs > 0.0f ? 32767.0f / max_abs : 0.0f;
+    const VF vinv = hn::Set(df, inv);
+    int64_t i = begin;
+    for (; i + static_cast<int64_t>(kNF) <= end; i += kNF) {
+      const auto q = hn::NearestInt(hn::Mul(hn::LoadU(df, x + i), vinv));
+      hn::StoreU(hn::DemoteTo(d16h, q), d16h, x16 + i);
+    }
+    for (; i < end; ++i) {
+      const float v = std::min(32767.0f, std::max(-32767.0f, std::nearbyint(x[i] * inv)));
+      x16[i] = static_cast<int16_t>(v);
+    }
   }
+  for (int64_t i = cols; i < padded_cols; ++i) x16[i] = 0;
 }
 
-// Σ_g a[g] * b[g] over n (a multiple of 16) aligned floats.
-HWY_INLINE float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
-  const DF df;
-  VF acc = hn::Zero(df);
-  for (int64_t i = 0; i < n; i += kN) {
-    acc = hn::MulAdd(hn::Load(df, a + i), hn::Load(df, b + i), acc);
-  }
-  return hn::GetLane(hn::SumOfLanes(df, acc));
+// ---- GEMV ----------------------------------------------------------------------------------
+// kR rows side by side: 4 on AVX-512, 2 where a slice takes two vectors (AVX2), so that the
+// nibbles and accumulators stay in registers. Every load of x serves the kR rows.
+constexpr int kGemvRows = kVecs16 == 1 ? 4 : 2;
+
+// Codes of nibble k of each u16 lane, as int16.
+template <int k>
+HWY_INLINE V16 Unpack16(VU16 w) {
+  const D16 d16;
+  const DU16 du16;
+  const auto mask = hn::Set(du16, uint16_t{0xF});
+  if constexpr (k == 0) return hn::BitCast(d16, hn::And(w, mask));
+  if constexpr (k == 3) return hn::BitCast(d16, hn::ShiftRight<12>(w));
+  return hn::BitCast(d16, hn::And(hn::ShiftRight<4 * k>(w), mask));
 }
 
-// ---- GEMV (one token) ----------------------------------------------------------------------
-// kR rows of a tile side by side (4 on AVX-512; 2 where 16 columns take two vectors, so that
-// the unpacked words stay in registers). Every load of x serves the kR rows, and the kR group
-// accumulators are independent FMA chains.
-constexpr int kGemvRows = kVecsPerSlice == 1 ? 4 : 2;
+struct GemvState {
+  const int16_t* x16;     // this block's int16 x
+  const float* scales;    // combined scales s_rg · e_g, [row][padded_groups]
+  int64_t stride;         // padded_groups
+  int64_t group;          // group index of this block's first slice (kS < 4), or the group
+  bool flush;             // kS == 4: the group ends with this block
+};
 
-// Slice k of one block for kR rows: accumulate into the group accumulators g[r]; at the end of
-// a group (every kS slices; with kS == 8 only when `flush` says the group ends with this block)
-// fold them into acc[r] with the rows' group scales.
+// Slice k of one block for kR rows, then the group end if there is one.
 template <int kR, int kS, int k>
-HWY_INLINE void GemvSlice(const VU (&w)[kR][kVecsPerSlice], const float* HWY_RESTRICT xb,
-                          const float* HWY_RESTRICT scales, int64_t scale_stride, int64_t g0,
-                          bool flush, VF (&acc)[kR], VF (&g)[kR]) {
+HWY_INLINE void GemvSlice(const VU16 (&w)[kR][kVecs16], const GemvState& st, V32 (&isum0)[kR],
+                          V32 (&isum1)[kR], VF (&acc)[kR]) {
+  const D16 d16;
+  const D32 d32;
   const DF df;
-  HWY_UNROLL(4)
-  for (size_t v = 0; v < kVecsPerSlice; ++v) {
-    const VF xv = hn::Load(df, xb + k * kSliceCols + v * kN);
+  HWY_UNROLL(2)
+  for (size_t v = 0; v < kVecs16; ++v) {
+    const V16 xv = hn::Load(d16, st.x16 + k * kSliceCols + v * kN16);
     HWY_UNROLL(4)
-    for (int r = 0; r < kR; ++r) g[r] = hn::MulAdd(Unpack<k>(w[r][v]), xv, g[r]);
+    for (int r = 0; r < kR; ++r) {
+      isum0[r] = hn::ReorderWidenMulAccumulate(d32, Unpack16<k>(w[r][v]), xv, isum0[r], isum1[r]);
+    }
   }
   if constexpr ((k + 1) % kS == 0) {
-    if (kS < 8 || flush) {
+    if (kS < 4 || st.flush) {
+      const int64_t g = kS < 4 ? st.group + k / kS : st.group;
       HWY_UNROLL(4)
       for (int r = 0; r < kR; ++r) {
-        acc[r] = hn::MulAdd(g[r], hn::Set(df, scales[r * scale_stride + g0 + k / kS]), acc[r]);
-        g[r] = hn::Zero(df);
+        const VF sum = hn::ConvertTo(df, hn::Add(isum0[r], isum1[r]));
+        acc[r] = hn::MulAdd(sum, hn::Set(df, st.scales[r * st.stride + g]), acc[r]);
+        isum0[r] = hn::Zero(d32);
+        isum1[r] = hn::Zero(d32);
       }
     }
   }
 }
 
 template <int kR, int kS, size_t... K>
-HWY_INLINE void GemvBlock(std::index_sequence<K...>, const uint32_t* HWY_RESTRICT words,
-                          const float* HWY_RESTRICT xb, const float* HWY_RESTRICT scales,
-                          int64_t scale_stride, int64_t g0, bool flush, VF (&acc)[kR],
-                          VF (&g)[kR]) {
-  const DU du;
-  VU w[kR][kVecsPerSlice];
+HWY_INLINE void GemvBlock(std::index_sequence<K...>, const uint16_t* HWY_RESTRICT words,
+                          const GemvState& st, V32 (&isum0)[kR], V32 (&isum1)[kR],
+                          VF (&acc)[kR]) {
+  const DU16 du16;
+  VU16 w[kR][kVecs16];
   HWY_UNROLL(4)
   for (int r = 0; r < kR; ++r) {
-    HWY_UNROLL(4)
-    for (size_t v = 0; v < kVecsPerSlice; ++v) w[r][v] = hn::Load(du, words + r * 16 + v * kN);
+    HWY_UNROLL(2)
+    for (size_t v = 0; v < kVecs16; ++v) {
+      w[r][v] = hn::Load(du16, words + r * kSliceCols + v * kN16);
+    }
   }
-  (GemvSlice<kR, kS, static_cast<int>(K)>(w, xb, scales, scale_stride, g0, flush, acc, g), ...);
+  (GemvSlice<kR, kS, static_cast<int>(K)>(w, st, isum0, isum1, acc), ...);
 }
 
-// kR rows (from `words`, the first row's words of block 0; `scales` its first scale), one
-// token. kS = slices per group (1, 2, 4; 8 for groups of >= 128 columns, which span
-// blocks_per_group blocks). Writes the dot products without the offset term.
+// kR rows starting at `words` (row 0's words of block 0), one token. kS = slices per group
+// (1 for g32, 2 for g64, 4 for groups of >= 128 columns, which span blocks_per_group blocks).
+// dots[r] = Σ_g s_rg e_g Σ q x16 + Σ_g m_rg X_g (without the matrix multiplier).
+// x16 and xsum start at the panel's first column and group; `stride` is the row stride of
+// scales and offsets (a multiple of 16, with zeros past the panel's groups).
 template <int kR, int kS>
-HWY_NOINLINE void GemvRows(const uint32_t* HWY_RESTRICT words, const float* HWY_RESTRICT scales,
-                           int64_t scale_stride, const float* HWY_RESTRICT xs, int64_t n_blocks,
-                           int64_t blocks_per_group, float* dots) {
+HWY_NOINLINE void GemvRows(const uint16_t* HWY_RESTRICT words, const float* HWY_RESTRICT scales,
+                           const float* HWY_RESTRICT offsets, int64_t stride,
+                           const int16_t* HWY_RESTRICT x16, const float* HWY_RESTRICT xsum,
+                           int64_t n_blocks, int64_t blocks_per_group, float* dots) {
+  const D32 d32;
   const DF df;
-  const std::make_index_sequence<8> slices;
+  const std::make_index_sequence<4> slices;
+  V32 isum0[kR], isum1[kR];
   VF acc[kR];
-  VF g[kR];
   for (int r = 0; r < kR; ++r) {
+    isum0[r] = hn::Zero(d32);
+    isum1[r] = hn::Zero(d32);
     acc[r] = hn::Zero(df);
-    g[r] = hn::Zero(df);
   }
+  GemvState st{x16, scales, stride, 0, true};
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const int64_t g0 = kS < 8 ? b * (8 / kS) : b / blocks_per_group;
-    const bool flush = kS < 8 || (b + 1) % blocks_per_group == 0 || b + 1 == n_blocks;
-    GemvBlock<kR, kS>(slices, words + b * kTileRows * 16, xs + b * kBlockCols, scales,
-                      scale_stride, g0, flush, acc, g);
+    st.x16 = x16 + b * kBlockCols;
+    if constexpr (kS < 4) {
+      st.group = b * (4 / kS);
+    } else {
+      st.group = b / blocks_per_group;
+      st.flush = (b + 1) % blocks_per_group == 0 || b + 1 == n_blocks;
+    }
+    GemvBlock<kR, kS>(slices, words + b * kTileRows * kSliceCols, st, isum0, isum1, acc);
   }
-  for (int r = 0; r < kR; ++r) dots[r] = hn::GetLane(hn::SumOfLanes(df, acc[r]));
+  for (int r = 0; r < kR; ++r) {
+    VF total = acc[r];
+    const float* off = offsets + r * stride;
+    for (int64_t g = 0; g < stride; g += kNF) {
+      total = hn::MulAdd(hn::Load(df, off + g), hn::LoadU(df, xsum + g), total);
+    }
+    dots[r] = hn::GetLane(hn::SumOfLanes(df, total));
+  }
 }
 
-template <int kS>
-HWY_INLINE void GemvTile(const uint32_t* HWY_RESTRICT nibbles, const float* HWY_RESTRICT params,
-                         const float* HWY_RESTRICT xs, int64_t n_blocks,
-                         int64_t blocks_per_group, int64_t padded_groups, float* dots) {
-  for (int r = 0; r < kTileRows; r += kGemvRows) {
-    GemvRows<kGemvRows, kS>(nibbles + r * 16, params + r * padded_groups, padded_groups, xs,
-                            n_blocks, blocks_per_group, dots + r);
-  }
-}
+// ---- GEMM ----------------------------------------------------------------------------------
+constexpr int kGemmRows = kVecsF == 1 ? 4 : 2;
 
-// ---- GEMM (2..32 tokens, in chunks of up to kGemmTokens) ---------------------------------------
-// kR rows × kT tokens of accumulators; each unpacked slice is multiplied by its group scale once
-// and serves kT tokens, each load of x serves kR rows.
-constexpr int kGemmRows = kVecsPerSlice == 1 ? 4 : 2;
-constexpr int kGemmTokens = 4;
-
-template <int kR, int kT, int k>
-HWY_INLINE void GemmSlice(const VU (&w)[kR][kVecsPerSlice], const float* HWY_RESTRICT xb,
-                          int64_t x_stride, const float* HWY_RESTRICT scales,
-                          int64_t scale_stride, int64_t group, VF (&acc)[kR][kT]) {
+// Nibble p of each u32 lane as f32: q · 2^(4p) (p < 7) or q (p == 7).
+template <int p>
+HWY_INLINE VF Unpack32(VU32 w) {
   const DF df;
-  HWY_UNROLL(4)
-  for (size_t v = 0; v < kVecsPerSlice; ++v) {
+  const DU32 du;
+  const hn::RebindToSigned<DU32> di;
+  if constexpr (p == 7) {
+    return hn::ConvertTo(df, hn::BitCast(di, hn::ShiftRight<28>(w)));
+  } else {
+    return hn::ConvertTo(df, hn::BitCast(di, hn::And(w, hn::Set(du, 0xFu << (4 * p)))));
+  }
+}
+
+struct GemmState {
+  const float* xs;      // this block's x (GEMM order) of token 0
+  int64_t x_stride;     // padded_cols: token stride
+  const float* scales;  // s_rg, [row][padded_groups]
+  int64_t stride;       // padded_groups
+  int64_t col0;         // first column of the block
+  int group_shift;      // log2(group size)
+};
+
+template <int kR, int kT, int p>
+HWY_INLINE void GemmSlice(const VU32 (&w)[kR][kVecsF], const GemmState& st,
+                          VF (&acc)[kR][kT]) {
+  const DF df;
+  const int64_t g = (st.col0 + (p % 4) * kSliceCols) >> st.group_shift;
+  HWY_UNROLL(2)
+  for (size_t v = 0; v < kVecsF; ++v) {
     VF d[kR];
     HWY_UNROLL(4)
     for (int r = 0; r < kR; ++r) {
-      d[r] = hn::Mul(Unpack<k>(w[r][v]), hn::Set(df, scales[r * scale_stride + group]));
+      d[r] = hn::Mul(Unpack32<p>(w[r][v]), hn::Set(df, st.scales[r * st.stride + g]));
     }
-    const float* xk = xb + k * kSliceCols + v * kN;
-    HWY_UNROLL(8)
+    const float* xk = st.xs + p * 16 + v * kNF;
+    // One load of x per token, shared by the kR rows.
+    HWY_UNROLL(4)
     for (int t = 0; t < kT; ++t) {
-      const VF xv = hn::Load(df, xk + t * x_stride);
+      const VF xv = hn::Load(df, xk + t * st.x_stride);
       HWY_UNROLL(4)
       for (int r = 0; r < kR; ++r) acc[r][t] = hn::MulAdd(d[r], xv, acc[r][t]);
     }
   }
 }
 
-template <int kR, int kT, size_t... K>
-HWY_INLINE void GemmBlock(std::index_sequence<K...>, const uint32_t* HWY_RESTRICT words,
-                          const float* HWY_RESTRICT xb, int64_t x_stride,
-                          const float* HWY_RESTRICT scales, int64_t scale_stride, int64_t col0,
-                          int group_shift, VF (&acc)[kR][kT]) {
-  const DU du;
-  VU w[kR][kVecsPerSlice];
+template <int kR, int kT, size_t... P>
+HWY_INLINE void GemmBlock(std::index_sequence<P...>, const uint32_t* HWY_RESTRICT words,
+                          const GemmState& st, VF (&acc)[kR][kT]) {
+  const DU32 du;
+  VU32 w[kR][kVecsF];
   HWY_UNROLL(4)
   for (int r = 0; r < kR; ++r) {
-    HWY_UNROLL(4)
-    for (size_t v = 0; v < kVecsPerSlice; ++v) w[r][v] = hn::Load(du, words + r * 16 + v * kN);
+    HWY_UNROLL(2)
+    for (size_t v = 0; v < kVecsF; ++v) w[r][v] = hn::Load(du, words + r * 16 + v * kNF);
   }
-  (GemmSlice<kR, kT, static_cast<int>(K)>(
-       w, xb, x_stride, scales, scale_stride,
-       (col0 + static_cast<int64_t>(K) * kSliceCols) >> group_shift, acc),
-   ...);
+  (GemmSlice<kR, kT, static_cast<int>(P)>(w, st, acc), ...);
 }
 
-// kR rows × kT tokens (x rows at xs + t * x_stride): the dot products without the offset term,
-// into dots[r * kGemmTokens + t].
+// kR rows × kT tokens: dots[r * kGemmTokens + t] = Σ_g s_rg Σ q x (without offsets/multiplier).
 template <int kR, int kT>
 HWY_NOINLINE void GemmRows(const uint32_t* HWY_RESTRICT words, const float* HWY_RESTRICT scales,
-                           int64_t scale_stride, const float* HWY_RESTRICT xs, int64_t x_stride,
+                           int64_t stride, const float* HWY_RESTRICT xs, int64_t x_stride,
                            int64_t n_blocks, int group_shift, float* dots) {
   const DF df;
   const std::make_index_sequence<8> slices;
@@ -261,9 +351,11 @@ HWY_NOINLINE void GemmRows(const uint32_t* HWY_RESTRICT words, const float* HWY_
   for (int r = 0; r < kR; ++r) {
     for (int t = 0; t < kT; ++t) acc[r][t] = hn::Zero(df);
   }
+  GemmState st{xs, x_stride, scales, stride, 0, group_shift};
   for (int64_t b = 0; b < n_blocks; ++b) {
-    GemmBlock<kR, kT>(slices, words + b * kTileRows * 16, xs + b * kBlockCols, x_stride, scales,
-                      scale_stride, b * kBlockCols, group_shift, acc);
+    st.xs = xs + b * kBlockCols;
+    st.col0 = b * kBlockCols;
+    GemmBlock<kR, kT>(slices, words + b * kTileRows * 16, st, acc);
   }
   for (int r = 0; r < kR; ++r) {
     for (int t = 0; t < kT; ++t) {
@@ -278,64 +370,109 @@ constexpr GemmRowsFn kGemmRowsFns[kGemmTokens + 1] = {
     nullptr, &GemmRows<kGemmRows, 1>, &GemmRows<kGemmRows, 2>, &GemmRows<kGemmRows, 3>,
     &GemmRows<kGemmRows, 4>};
 
-int Log2(int64_t v) {
-  int s = 0;
-  while ((int64_t{1} << s) < v) ++s;
-  return s;
+// ---- Tiles ---------------------------------------------------------------------------------
+
+// f16 parameters of one chunk (n_groups per row) to f32 [8][stride] (scales of rows 0..3, then
+// offsets), zero beyond n_groups. With `xstep` (GEMV), the scales are multiplied by e_g.
+// Reads up to 15 f16 past the last row: still inside the chunk (its nibbles follow).
+void LoadChunkParams(const uint16_t* HWY_RESTRICT src, int64_t n_groups, int64_t stride,
+                     const float* HWY_RESTRICT xstep, float* HWY_RESTRICT out) {
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  for (int64_t row = 0; row < 2 * kTileRows; ++row) {
+    const auto* in = reinterpret_cast<const hwy::float16_t*>(src + row * n_groups);
+    float* dst = out + row * stride;
+    const bool scale_row = xstep != nullptr && row < kTileRows;
+    for (int64_t g = 0; g < stride; g += kNF) {
+      VF v = hn::Zero(df);
+      if (g < n_groups) {
+        v = hn::PromoteTo(df, hn::LoadU(dh, in + g));
+        if (g + static_cast<int64_t>(kNF) > n_groups) {
+          v = hn::IfThenElseZero(hn::FirstN(df, static_cast<size_t>(n_groups - g)), v);
+        }
+        if (scale_row) v = hn::Mul(v, hn::LoadU(df, xstep + g));
+      }
+      hn::Store(v, df, dst + g);
+    }
+  }
 }
 
-// Tiles [tile_begin, tile_end) of y = W x for all tokens.
-void TilesImpl(const Int4Matrix& w, const Prepared& p, int64_t tile_begin, int64_t tile_end,
-               float* y) {
+// Output of row `row`, token `t`: the first panel stores, later panels add.
+HWY_INLINE void Emit(float* y, int64_t index, float value, bool first) {
+  y[index] = first ? value : y[index] + value;
+}
+
+// Tiles [tile_begin, tile_end) of one panel of y = W x, all tokens.
+void PanelTiles(const Int4Matrix& w, int pi, const Prepared& p, int64_t tile_begin,
+                int64_t tile_end, float* y) {
+  const Int4Matrix::Panel& pn = w.panel(pi);
+  const bool first = pi == 0;
   const int64_t rows = w.rows();
-  const int64_t n_blocks = w.n_blocks();
   const int64_t group = w.group_size();
-  const int64_t pg = p.padded_groups;
+  const int64_t pg = (pn.n_groups + 15) / 16 * 16;
   const float mult = w.param_multiplier();
-  float* params = Scratch(0, static_cast<size_t>(2 * kTileRows * pg));
+  float* params = static_cast<float*>(Scratch(0, static_cast<size_t>(2 * kTileRows * pg) * 4));
   const float* offsets = params + kTileRows * pg;
   float dots[kTileRows * kGemmTokens];
+  const bool gemv = p.n_tokens == 1;
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    LoadTileParams(w, tile, pg, params);
-    const uint32_t* nibbles = w.tile_nibbles(tile);
+    LoadChunkParams(w.chunk_params(pi, tile), pn.n_groups, pg,
+                    gemv ? p.xstep + pn.group0 : nullptr, params);
+    const uint16_t* nibbles = w.chunk_nibbles(pi, tile);
     const int64_t row0 = tile * kTileRows;
     const int64_t live = std::min<int64_t>(kTileRows, rows - row0);
-    if (p.n_tokens == 1) {
-      switch (group) {
-        case 16:
-          GemvTile<1>(nibbles, params, p.xs, n_blocks, 1, pg, dots);
-          break;
-        case 32:
-          GemvTile<2>(nibbles, params, p.xs, n_blocks, 1, pg, dots);
-          break;
-        case 64:
-          GemvTile<4>(nibbles, params, p.xs, n_blocks, 1, pg, dots);
-          break;
-        default:
-          GemvTile<8>(nibbles, params, p.xs, n_blocks, group / kBlockCols, pg, dots);
-          break;
+    if (gemv) {
+      const int16_t* x16 = p.x16 + pn.col0;
+      const float* xsum = p.xsum + pn.group0;
+      for (int64_t r0 = 0; r0 < kTileRows; r0 += kGemvRows) {
+        const uint16_t* words = nibbles + r0 * kSliceCols;
+        const float* sc = params + r0 * pg;
+        const float* off = offsets + r0 * pg;
+        switch (group) {
+          case 32:
+            GemvRows<kGemvRows, 1>(words, sc, off, pg, x16, xsum, pn.n_blocks, 1, dots + r0);
+            break;
+          case 64:
+            GemvRows<kGemvRows, 2>(words, sc, off, pg, x16, xsum, pn.n_blocks, 1, dots + r0);
+            break;
+          default:
+            GemvRows<kGemvRows, 4>(words, sc, off, pg, x16, xsum, pn.n_blocks,
+                                   group / kBlockCols, dots + r0);
+            break;
+        }
       }
-      for (int64_t r = 0; r < live; ++r) {
-        y[row0 + r] = mult * (dots[r] + Dot(offsets + r * pg, p.xsum, pg));
-      }
+      for (int64_t r = 0; r < live; ++r) Emit(y, row0 + r, mult * dots[r], first);
       continue;
     }
     const int shift = Log2(group);
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(nibbles);
     for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kGemmTokens) {
       const int chunk = static_cast<int>(std::min<int64_t>(kGemmTokens, p.n_tokens - t0));
       for (int64_t r0 = 0; r0 < live; r0 += kGemmRows) {
-        kGemmRowsFns[chunk](nibbles + r0 * 16, params + r0 * pg, pg, p.xs + t0 * p.padded_cols,
-                            p.padded_cols, n_blocks, shift, dots);
+        kGemmRowsFns[chunk](words + r0 * 16, params + r0 * pg, pg,
+                            p.xs + t0 * p.padded_cols + pn.col0, p.padded_cols, pn.n_blocks,
+                            shift, dots);
         for (int64_t r = r0; r < std::min<int64_t>(live, r0 + kGemmRows); ++r) {
+          const float* off = offsets + r * pg;
           for (int t = 0; t < chunk; ++t) {
-            const float* xsum = p.xsum + (t0 + t) * pg;
-            y[(t0 + t) * rows + row0 + r] =
-                mult * (dots[(r - r0) * kGemmTokens + t] + Dot(offsets + r * pg, xsum, pg));
+            const float* xsum = p.xsum + (t0 + t) * p.padded_groups + pn.group0;
+            VF o = hn::Zero(DF());
+            for (int64_t g = 0; g < pg; g += kNF) {
+              o = hn::MulAdd(hn::Load(DF(), off + g), hn::LoadU(DF(), xsum + g), o);
+            }
+            const float dot = dots[(r - r0) * kGemmTokens + t] + hn::GetLane(hn::SumOfLanes(DF(), o));
+            Emit(y, (t0 + t) * rows + row0 + r, mult * dot, first);
           }
         }
       }
     }
   }
+}
+
+// Tiles [tile_begin, tile_end) of y = W x, panel by panel.
+void TilesImpl(const Int4Matrix& w, const Prepared& p, int64_t tile_begin, int64_t tile_end,
+               float* y) {
+  for (int pi = 0; pi < w.n_panels(); ++pi) PanelTiles(w, pi, p, tile_begin, tile_end, y);
 }
 
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
@@ -350,33 +487,54 @@ namespace estuary {
 namespace int4_kernel {
 
 HWY_EXPORT(TilesImpl);
+HWY_EXPORT(PrepareGemvImpl);
 HWY_EXPORT(TargetNameImpl);
 
 namespace {
 
-// x scaled per slice (2^(-4k) for k < 7, 1 for k == 7), zero-padded to whole blocks; and the
-// per-group sums of x. Both in the caller's thread-local scratch.
+// Inputs of one call in the caller's thread-local scratch (slot 1).
 Prepared Prepare(const Int4Matrix& w, const float* x, int64_t n_tokens) {
   Prepared p;
   const int64_t cols = w.cols();
   const int64_t group = w.group_size();
   p.n_tokens = n_tokens;
   p.padded_cols = w.n_blocks() * kBlockCols;
-  p.padded_groups = (std::max(w.n_groups(), p.padded_cols / group) + 15) / 16 * 16;
-  float* xs = Scratch(1, static_cast<size_t>(n_tokens * (p.padded_cols + p.padded_groups)));
-  float* xsum = xs + n_tokens * p.padded_cols;
-  static constexpr float kSliceScale[8] = {1.0f,   0x1p-4f,  0x1p-8f,  0x1p-12f,
-                                           0x1p-16f, 0x1p-20f, 0x1p-24f, 1.0f};
+  p.padded_groups = (w.n_groups() + 15) / 16 * 16 + 16;
+  if (n_tokens == 1) {
+    // [xsum][xstep][x16]
+    auto* base = static_cast<uint8_t*>(
+        Scratch(1, static_cast<size_t>(8 * p.padded_groups + 2 * p.padded_cols)));
+    float* xsum = reinterpret_cast<float*>(base);
+    float* xstep = xsum + p.padded_groups;
+    auto* x16 = reinterpret_cast<int16_t*>(xstep + p.padded_groups);
+    HWY_DYNAMIC_DISPATCH(PrepareGemvImpl)(x, cols, group, p.padded_cols, p.padded_groups, x16,
+                                          xstep, xsum);
+    p.xsum = xsum;
+    p.xstep = xstep;
+    p.x16 = x16;
+    return p;
+  }
+  // [xsum: n_tokens][xs: n_tokens]
+  float* xsum = static_cast<float*>(
+      Scratch(1, static_cast<size_t>(n_tokens * (p.padded_groups + p.padded_cols)) * 4));
+  float* xs = xsum + n_tokens * p.padded_groups;
+  static constexpr float kScale[8] = {1.0f,     0x1p-4f,  0x1p-8f,  0x1p-12f,
+                                      0x1p-16f, 0x1p-20f, 0x1p-24f, 1.0f};
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* xt = x + t * cols;
     float* st = xs + t * p.padded_cols;
-    for (int64_t c = 0; c < cols; ++c) st[c] = xt[c] * kSliceScale[(c % kBlockCols) / kSliceCols];
-    for (int64_t c = cols; c < p.padded_cols; ++c) st[c] = 0.0f;
+    for (int64_t b = 0; b * kBlockCols < p.padded_cols; ++b) {
+      for (int pos = 0; pos < 8; ++pos) {
+        for (int i = 0; i < 16; ++i) {
+          const int64_t c = b * kBlockCols + kSliceCols * (pos % 4) + 2 * i + pos / 4;
+          st[b * kBlockCols + pos * 16 + i] = c < cols ? xt[c] * kScale[pos] : 0.0f;
+        }
+      }
+    }
     float* sums = xsum + t * p.padded_groups;
     for (int64_t g = 0; g < p.padded_groups; ++g) {
       float sum = 0.0f;
-      const int64_t end = std::min(cols, (g + 1) * group);
-      for (int64_t c = g * group; c < end; ++c) sum += xt[c];
+      for (int64_t c = g * group; c < std::min(cols, (g + 1) * group); ++c) sum += xt[c];
       sums[g] = sum;
     }
   }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -28,6 +29,8 @@ constexpr int64_t kTileRows = Int4Matrix::kTileRows;
 constexpr int64_t kBlockCols = Int4Matrix::kBlockCols;
 constexpr int64_t kSliceCols = Int4Matrix::kSliceCols;
 constexpr int64_t kBlockBytes = Int4Matrix::kBlockBytes;
+constexpr int64_t kPanelCols = Int4Matrix::kPanelCols;
+using Panel = Int4Matrix::Panel;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -93,9 +96,9 @@ void ParallelFor(int threads, int64_t n, const std::function<void(int, int64_t)>
 
 absl::Status Int4QuantOptions::Validate() const {
   const int g = group_size;
-  if (g < 16 || g > 1024 || (g & (g - 1)) != 0) {
+  if (g < 32 || g > 1024 || (g & (g - 1)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "int4 group size ", g, " not supported; valid: 16, 32, 64, 128, 256, 512, 1024"));
+        "int4 group size ", g, " not supported; valid: 32, 64, 128, 256, 512, 1024"));
   }
   if (refine_iterations < 0 || refine_iterations > 1000) {
     return absl::InvalidArgumentError(
@@ -128,10 +131,7 @@ class Int4Matrix::Builder {
     const int64_t n_groups = m_.n_groups_;
     const int64_t first_row = tile * kTileRows;
     const int64_t live_rows = std::min<int64_t>(kTileRows, m_.rows_ - first_row);
-    uint8_t* base = m_.data_.get() + tile * m_.tile_bytes_;
-    uint16_t* scales = reinterpret_cast<uint16_t*>(base);
-    uint16_t* offsets = scales + kTileRows * n_groups;
-    uint32_t* nibbles = reinterpret_cast<uint32_t*>(base + m_.tile_param_bytes_);
+    uint8_t* data = m_.data_.get();
 
     for (int64_t r = 0; r < live_rows; ++r) {
       float* row = RowF32(r);
@@ -173,9 +173,15 @@ class Int4Matrix::Builder {
             ++stats_.refined_groups;
           }
         }
-        scales[r * n_groups + g] = chosen.scale;
-        offsets[r * n_groups + g] = chosen.offset;
-        Pack(r, g * g_size, codes, n, nibbles);
+        // Groups never straddle panels.
+        const Panel& pn = m_.panels_[static_cast<size_t>(g * g_size / Int4Matrix::kPanelCols)];
+        uint8_t* chunk = data + pn.offset + tile * pn.chunk_bytes;
+        uint16_t* params = reinterpret_cast<uint16_t*>(chunk);
+        const int64_t local = g - pn.group0;
+        params[r * pn.n_groups + local] = chosen.scale;
+        params[(kTileRows + r) * pn.n_groups + local] = chosen.offset;
+        Pack(r, g * g_size - pn.col0, codes, n,
+             reinterpret_cast<uint16_t*>(chunk + pn.param_bytes));
         stats_.sq_error += error;
         stats_.rtn_sq_error += rtn_error;
         ++stats_.groups;
@@ -212,14 +218,16 @@ class Int4Matrix::Builder {
     }
   }
 
-  // Writes codes of columns [c0, c0 + n) of tile row r (see the layout in int4_matrix.h).
-  void Pack(int64_t r, int64_t c0, const uint8_t* codes, int n, uint32_t* nibbles) const {
+  // Writes codes of panel columns [c0, c0 + n) of tile row r into the chunk's nibbles (see the
+  // layout in int4_matrix.h).
+  void Pack(int64_t r, int64_t c0, const uint8_t* codes, int n, uint16_t* nibbles) const {
     for (int i = 0; i < n; ++i) {
       const int64_t c = c0 + i;
       const int64_t block = c / kBlockCols;
       const int64_t k = (c % kBlockCols) / kSliceCols;
       const int64_t j = c % kSliceCols;
-      nibbles[(block * kTileRows + r) * 16 + j] |= static_cast<uint32_t>(codes[i]) << (4 * k);
+      nibbles[(block * kTileRows + r) * kSliceCols + j] |=
+          static_cast<uint16_t>(codes[i] << (4 * k));
     }
   }
 
@@ -255,8 +263,19 @@ absl::StatusOr<Int4Matrix> Int4Matrix::Quantize(const Tensor& weight,
   m.n_groups_ = CeilDiv(m.cols_, m.group_size_);
   m.n_blocks_ = CeilDiv(m.cols_, kBlockCols);
   m.n_tiles_ = CeilDiv(m.rows_, kTileRows);
-  m.tile_param_bytes_ = CeilDiv(kTileRows * m.n_groups_ * 4, 64) * 64;
-  m.tile_bytes_ = m.tile_param_bytes_ + m.n_blocks_ * kTileRows * kBlockBytes;
+  for (int64_t col0 = 0; col0 < m.cols_; col0 += kPanelCols) {
+    Panel p;
+    p.col0 = col0;
+    p.cols = std::min<int64_t>(kPanelCols, m.cols_ - col0);
+    p.group0 = col0 / m.group_size_;
+    p.n_groups = CeilDiv(p.cols, m.group_size_);
+    p.n_blocks = CeilDiv(p.cols, kBlockCols);
+    p.param_bytes = CeilDiv(kTileRows * p.n_groups * 4, 64) * 64;
+    p.chunk_bytes = p.param_bytes + p.n_blocks * kTileRows * kBlockBytes;
+    p.offset = m.bytes_;
+    m.bytes_ += m.n_tiles_ * p.chunk_bytes;
+    m.panels_.push_back(p);
+  }
 
   int threads = options.threads > 0 ? options.threads
                                     : static_cast<int>(std::thread::hardware_concurrency());
@@ -293,16 +312,20 @@ absl::StatusOr<Int4Matrix> Int4Matrix::Quantize(const Tensor& weight,
   }
 
   const size_t bytes = static_cast<size_t>(m.bytes());
-  m.data_ = hwy::AllocateAligned<uint8_t>(bytes);
-  if (!m.data_) {
+  // Large matrices start on a 2 MiB boundary so that transparent huge pages can back them (the
+  // kernels stream this memory; fewer TLB misses). The untouched rest of the last huge page
+  // costs address space only.
+  const size_t alignment = bytes >= (size_t{1} << 20) ? (size_t{2} << 20) : 64;
+  void* raw = nullptr;
+  if (posix_memalign(&raw, alignment, bytes) != 0 || raw == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
   }
-  if (bytes >= (size_t{4} << 20)) {
-    // Huge pages where the kernel allows it: the kernels stream this memory (fewer TLB misses).
+  m.data_.reset(static_cast<uint8_t*>(raw));
+  if (alignment > 64) {
     constexpr uintptr_t kPage = 4096;
-    const auto begin = (reinterpret_cast<uintptr_t>(m.data_.get()) + kPage - 1) & ~(kPage - 1);
-    const auto end = (reinterpret_cast<uintptr_t>(m.data_.get()) + bytes) & ~(kPage - 1);
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+    const auto begin = reinterpret_cast<uintptr_t>(raw);
+    const auto end = (begin + bytes + kPage - 1) & ~(kPage - 1);
+    madvise(raw, end - begin, MADV_HUGEPAGE);
   }
   std::memset(m.data_.get(), 0, bytes);
 
@@ -327,6 +350,8 @@ absl::StatusOr<Int4Matrix> Int4Matrix::Quantize(const Tensor& weight,
   return m;
 }
 
+void Int4Matrix::Free::operator()(uint8_t* p) const { std::free(p); }
+
 Int4Matrix& Int4Matrix::operator=(Int4Matrix&& other) noexcept {
   if (this != &other) {
     rows_ = std::exchange(other.rows_, 0);
@@ -335,8 +360,8 @@ Int4Matrix& Int4Matrix::operator=(Int4Matrix&& other) noexcept {
     n_groups_ = std::exchange(other.n_groups_, 0);
     n_blocks_ = std::exchange(other.n_blocks_, 0);
     n_tiles_ = std::exchange(other.n_tiles_, 0);
-    tile_param_bytes_ = std::exchange(other.tile_param_bytes_, 0);
-    tile_bytes_ = std::exchange(other.tile_bytes_, 0);
+    bytes_ = std::exchange(other.bytes_, 0);
+    panels_ = std::exchange(other.panels_, {});
     param_multiplier_ = std::exchange(other.param_multiplier_, 1.0f);
     data_ = std::move(other.data_);
   }
@@ -344,20 +369,28 @@ Int4Matrix& Int4Matrix::operator=(Int4Matrix&& other) noexcept {
 }
 
 int Int4Matrix::Code(int64_t r, int64_t c) const {
-  const int64_t block = c / kBlockCols;
-  const int64_t k = (c % kBlockCols) / kSliceCols;
-  const int64_t j = c % kSliceCols;
-  const uint32_t word = tile_nibbles(r / kTileRows)[(block * kTileRows + r % kTileRows) * 16 + j];
-  return static_cast<int>((word >> (4 * k)) & 0xFu);
+  const int p = static_cast<int>(c / kPanelCols);
+  const int64_t cc = c - panel(p).col0;
+  const int64_t block = cc / kBlockCols;
+  const int64_t k = (cc % kBlockCols) / kSliceCols;
+  const int64_t j = cc % kSliceCols;
+  const uint16_t word =
+      chunk_nibbles(p, r / kTileRows)[(block * kTileRows + r % kTileRows) * kSliceCols + j];
+  return (word >> (4 * k)) & 0xF;
 }
 
 float Int4Matrix::Scale(int64_t r, int64_t g) const {
-  return F16ToF32(tile_scales(r / kTileRows)[(r % kTileRows) * n_groups_ + g]) *
+  const int p = static_cast<int>(g * group_size_ / kPanelCols);
+  const Panel& pn = panel(p);
+  return F16ToF32(chunk_params(p, r / kTileRows)[(r % kTileRows) * pn.n_groups + g - pn.group0]) *
          param_multiplier_;
 }
 
 float Int4Matrix::Offset(int64_t r, int64_t g) const {
-  return F16ToF32(tile_offsets(r / kTileRows)[(r % kTileRows) * n_groups_ + g]) *
+  const int p = static_cast<int>(g * group_size_ / kPanelCols);
+  const Panel& pn = panel(p);
+  return F16ToF32(chunk_params(
+             p, r / kTileRows)[(kTileRows + r % kTileRows) * pn.n_groups + g - pn.group0]) *
          param_multiplier_;
 }
 

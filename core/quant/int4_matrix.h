@@ -7,40 +7,46 @@
 // (s, m) is the asymmetric scale / zero-point pair in "scale + offset" form: m = -zero * s. The
 // last group of a row is shorter when group_size does not divide cols (cols 172, g64: 64, 64, 44).
 //
-// Storage (one 64-byte aligned allocation, owned; the kernel streams it front to back):
-//   Rows are cut into tiles of kTileRows = 4 consecutive rows (the last tile padded with zero
-//   rows). Tile t occupies tile_bytes() bytes at data() + t * tile_bytes():
-//     params:  f16 scale  [kTileRows][n_groups], then f16 offset [kTileRows][n_groups],
-//              zero-padded to a multiple of 64 bytes (tile_param_bytes());
-//     nibbles: [n_blocks][kTileRows][16 x u32]: per row, blocks of kBlockCols = 128 columns,
-//              64 bytes each (the last block zero-padded). In block b, u32 word j (0..15) holds
-//              column 128 b + 16 k + j in bits [4k, 4k+4), k = 0..7. A "slice" is the 16 columns
-//              of one k: one vector of 16 f32 lanes on AVX-512, two on AVX2.
+// Storage (one allocation, owned; 64-byte aligned, 2 MiB aligned with transparent huge pages
+// requested from 1 MiB up; a GEMV streams it front to back):
+//   Columns are cut into panels of kPanelCols = 4096 (the last one shorter), so that a kernel's
+//   working copy of x for one panel stays in L1 next to the weight stream. Rows are cut into
+//   tiles of kTileRows = 4 (the last tile padded with zero rows). The storage is panel-major:
+//   panel 0 of every tile, then panel 1 of every tile, ... One panel of one tile (a "chunk") is
+//     params:  f16 scale  [kTileRows][panel groups], then f16 offset [kTileRows][panel groups],
+//              zero-padded to a multiple of 64 bytes;
+//     nibbles: [panel blocks][kTileRows][32 x u16]: per row, blocks of kBlockCols = 128
+//              columns, 64 bytes each (the last block zero-padded). In block b, u16 word j
+//              (0..31) holds column 128 b + 32 k + j of the panel in bits [4k, 4k+4), k = 0..3.
+//              A "slice" is the 32 columns of one k: one vector of 32 u16 lanes on AVX-512 (two
+//              on AVX2), which the GEMV unpacks with one or two integer ops.
+//   Groups never straddle panels (group_size divides kPanelCols).
 //   A stored f16 value v means v * param_multiplier(), a power of two chosen per matrix so that
 //   the largest |s| or |m| is about 2^12 (no f16 overflow, and the full 11-bit precision for
 //   every group down to 2^-26 of the largest).
 //
-// bytes() = n_tiles * tile_bytes(), with
-//   tile_bytes = round_up(kTileRows * n_groups * 4, 64) + n_blocks * kTileRows * 64,
-//   n_tiles = ceil(rows / 4), n_groups = ceil(cols / group_size), n_blocks = ceil(cols / 128).
-// When 4 | rows, 128 | cols and (16 * n_groups) % 64 == 0 (every Llama shape), that is exactly
-// 4 + 32 / group_size bits per weight: 4.5 at g64, 4.25 at g128, 5 at g32.
+// bytes() = n_tiles * Σ_panels (round_up(kTileRows * groups_p * 4, 64) + blocks_p * 256), with
+//   n_tiles = ceil(rows / 4), groups_p = ceil(cols_p / group_size), blocks_p = ceil(cols_p / 128)
+//   for a panel of cols_p columns. When 4 | rows, 128 | cols and 16 | groups_p (every Llama
+//   shape), that is exactly 4 + 32 / group_size bits per weight: 4.5 at g64, 4.25 at g128,
+//   5 at g32.
 //
 // Thread-safety: immutable after Quantize(); any number of threads may read it concurrently.
 
 #include <cstdint>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/tensor/tensor.h"
-#include "hwy/aligned_allocator.h"
 
 namespace estuary {
 
-// How to quantize. Validate() accepts group_size 16, 32, 64, 128, 256, 512 or 1024 (a power of
-// two, so that a group is a whole number of 16-column slices and either divides or is a whole
-// number of 128-column blocks) and refine_iterations in [0, 1000].
+// How to quantize. Validate() accepts group_size 32, 64, 128, 256, 512 or 1024 (a power of two,
+// so that a group is a whole number of 32-column slices and either divides or is a whole number
+// of 128-column blocks) and refine_iterations in [0, 1000].
 struct Int4QuantOptions {
   int group_size = 64;
   // false: round to nearest from the group's min/max (RTN). true: start from RTN, then refine
@@ -67,8 +73,21 @@ class Int4Matrix {
  public:
   static constexpr int kTileRows = 4;
   static constexpr int kBlockCols = 128;
-  static constexpr int kSliceCols = 16;
+  static constexpr int kSliceCols = 32;
   static constexpr int kBlockBytes = 64;  // one row of one block
+  static constexpr int kPanelCols = 4096;
+
+  // One column panel (see the layout above).
+  struct Panel {
+    int64_t col0 = 0;         // first column
+    int64_t cols = 0;         // columns in this panel
+    int64_t group0 = 0;       // index of its first group in the row
+    int64_t n_groups = 0;     // groups in this panel
+    int64_t n_blocks = 0;     // 128-column blocks in this panel
+    int64_t param_bytes = 0;  // params of one chunk (multiple of 64)
+    int64_t chunk_bytes = 0;  // one tile's chunk: param_bytes + n_blocks * kTileRows * 64
+    int64_t offset = 0;       // byte offset of (this panel, tile 0) in data()
+  };
 
   Int4Matrix() = default;  // empty (rows() == 0)
   Int4Matrix(Int4Matrix&& other) noexcept { *this = std::move(other); }
@@ -89,31 +108,33 @@ class Int4Matrix {
   int64_t cols() const { return cols_; }
   int64_t group_size() const { return group_size_; }
   int64_t n_groups() const { return n_groups_; }  // per row
-  int64_t bytes() const { return n_tiles_ * tile_bytes_; }
+  int64_t bytes() const { return bytes_; }
 
   // Element access (reference code and tests; slow).
-  int Code(int64_t r, int64_t c) const;               // q in 0..15
-  float Scale(int64_t r, int64_t g) const;            // s in weight units
-  float Offset(int64_t r, int64_t g) const;           // m in weight units
-  float Dequantize(int64_t r, int64_t c) const;       // q * s + m, in f32
-  absl::StatusOr<Tensor> DequantizeToF32() const;     // [rows][cols] f32
+  int Code(int64_t r, int64_t c) const;            // q in 0..15
+  float Scale(int64_t r, int64_t g) const;         // s in weight units
+  float Offset(int64_t r, int64_t g) const;        // m in weight units
+  float Dequantize(int64_t r, int64_t c) const;    // q * s + m, in f32
+  absl::StatusOr<Tensor> DequantizeToF32() const;  // [rows][cols] f32
 
   // Layout, for kernels (see the comment at the top of this file).
   int64_t n_tiles() const { return n_tiles_; }
-  int64_t n_blocks() const { return n_blocks_; }  // per row
-  int64_t tile_bytes() const { return tile_bytes_; }
-  int64_t tile_param_bytes() const { return tile_param_bytes_; }
+  int64_t n_blocks() const { return n_blocks_; }  // per row, all panels
+  int n_panels() const { return static_cast<int>(panels_.size()); }
+  const Panel& panel(int p) const { return panels_[static_cast<size_t>(p)]; }
   float param_multiplier() const { return param_multiplier_; }
   const uint8_t* data() const { return data_.get(); }
-  const uint8_t* tile(int64_t t) const { return data_.get() + t * tile_bytes_; }
-  const uint16_t* tile_scales(int64_t t) const {  // [kTileRows][n_groups] f16
-    return reinterpret_cast<const uint16_t*>(tile(t));
+  const uint8_t* chunk(int p, int64_t tile) const {
+    const Panel& pn = panel(p);
+    return data_.get() + pn.offset + tile * pn.chunk_bytes;
   }
-  const uint16_t* tile_offsets(int64_t t) const {  // [kTileRows][n_groups] f16
-    return tile_scales(t) + kTileRows * n_groups_;
+  // f16 scales [kTileRows][panel groups], then f16 offsets [kTileRows][panel groups].
+  const uint16_t* chunk_params(int p, int64_t tile) const {
+    return reinterpret_cast<const uint16_t*>(chunk(p, tile));
   }
-  const uint32_t* tile_nibbles(int64_t t) const {  // [n_blocks][kTileRows][16]
-    return reinterpret_cast<const uint32_t*>(tile(t) + tile_param_bytes_);
+  // [panel blocks][kTileRows][32] u16.
+  const uint16_t* chunk_nibbles(int p, int64_t tile) const {
+    return reinterpret_cast<const uint16_t*>(chunk(p, tile) + panel(p).param_bytes);
   }
 
  private:
@@ -125,10 +146,14 @@ class Int4Matrix {
   int64_t n_groups_ = 0;
   int64_t n_blocks_ = 0;
   int64_t n_tiles_ = 0;
-  int64_t tile_param_bytes_ = 0;
-  int64_t tile_bytes_ = 0;
+  int64_t bytes_ = 0;
   float param_multiplier_ = 1.0f;
-  hwy::AlignedFreeUniquePtr<uint8_t[]> data_;
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+
+  std::vector<Panel> panels_;
+  std::unique_ptr<uint8_t[], Free> data_;
 };
 
 }  // namespace estuary

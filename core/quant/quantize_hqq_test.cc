@@ -7,6 +7,7 @@
 #include "core/quant/int4_matrix.h"
 #include "core/quant/quant_test_util.h"
 #include "gtest/gtest.h"
+#include "hwy/targets.h"
 
 namespace estuary {
 namespace {
@@ -83,6 +84,19 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RefineTest,
                          ::testing::Values(Case{256, 1024, 64, 0.01}, Case{256, 1024, 64, 0.0},
                                            Case{128, 1024, 128, 0.01}, Case{128, 1024, 32, 0.01},
                                            Case{256, 172, 64, 0.01}, Case{64, 2048, 256, 0.01}));
+
+TEST(RefineTest, EverySupportedTarget) {
+  const Tensor w = RandomWeights(32, 300, 8, 0.02f, 0.01);
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    Int4QuantStats stats;
+    auto q = Int4Matrix::Quantize(w, Int4QuantOptions(), &stats);
+    ASSERT_TRUE(q.ok());
+    EXPECT_LT(stats.sq_error, 0.9 * stats.rtn_sq_error) << hwy::TargetName(target);
+    EXPECT_NEAR(Measure(w, *q).sq, stats.sq_error, 1e-6 * stats.sq_error);
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
 
 TEST(RefineTest, ZeroIterationsStillRefines) {
   const Tensor w = RandomWeights(64, 512, 5, 0.02f, 0.01);

@@ -143,15 +143,15 @@ HWY_INLINE void ForEachTokenTile(size_t nt, const Runner& runner) {
   const bool first = t == 0;
   static_assert(kTileTokens <= 8, "one case per remainder below");
   switch (nt - t) {
-#define ESTUARY_REMAINDER_TILE(TT)                                      \
-  case TT:                                                              \
-    if constexpr (TT < kTileTokens) {                                   \
-      if (first) {                                                      \
-        runner.template Run<TT, true>(t);                               \
-      } else {                                                          \
-        runner.template Run<TT, false>(t);                              \
-      }                                                                 \
-    }                                                                   \
+#define ESTUARY_REMAINDER_TILE(TT)         \
+  case TT:                                 \
+    if constexpr (TT < kTileTokens) {      \
+      if (first) {                         \
+        runner.template Run<TT, true>(t);  \
+      } else {                             \
+        runner.template Run<TT, false>(t); \
+      }                                    \
+    }                                      \
     break;
     ESTUARY_REMAINDER_TILE(1)
     ESTUARY_REMAINDER_TILE(2)
@@ -184,8 +184,8 @@ void GemvBatchBf16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT
                        int64_t n_tokens, int64_t rows, int64_t cols, float* HWY_RESTRICT y) {
   ScalarBatch<Bf16Elem>(w, x, n_tokens, rows, cols, y);
 }
-void GemvBatchF16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x,
-                      int64_t n_tokens, int64_t rows, int64_t cols, float* HWY_RESTRICT y) {
+void GemvBatchF16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x, int64_t n_tokens,
+                      int64_t rows, int64_t cols, float* HWY_RESTRICT y) {
   ScalarBatch<F16Elem>(w, x, n_tokens, rows, cols, y);
 }
 void GemvBatchF32Impl(const float* HWY_RESTRICT w, const float* HWY_RESTRICT x, int64_t n_tokens,
@@ -289,13 +289,13 @@ void GemvBatchBf16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT
     size_t r = 0;
     for (; r + kTileRows <= r_count; r += kTileRows) {
       const size_t next = r + 2 * kTileRows <= r_count ? r + kTileRows : r;
-      ForEachTokenTile(nt, Bf16TileRunner<kTileRows>{w + r * c, c, xc, xe, main, r_count, yc + r,
-                                                     w + next * c});
+      ForEachTokenTile(
+          nt, Bf16TileRunner<kTileRows>{w + r * c, c, xc, xe, main, r_count, yc + r, w + next * c});
     }
     for (; r < r_count; ++r) {
       const size_t next = r + 1 < r_count ? r + 1 : r;
-      ForEachTokenTile(nt, Bf16TileRunner<1>{w + r * c, c, xc, xe, main, r_count, yc + r,
-                                             w + next * c});
+      ForEachTokenTile(
+          nt, Bf16TileRunner<1>{w + r * c, c, xc, xe, main, r_count, yc + r, w + next * c});
     }
   }
 }
@@ -388,8 +388,8 @@ void WideBatch(const typename Loader::W* HWY_RESTRICT w, const float* HWY_RESTRI
     }
     for (; r < r_count; ++r) {
       const size_t next = r + 1 < r_count ? r + 1 : r;
-      ForEachTokenTile(
-          nt, WideTileRunner<Loader, Elem, 1>{w + r * c, c, xc, main, r_count, yc + r, w + next * c});
+      ForEachTokenTile(nt, WideTileRunner<Loader, Elem, 1>{w + r * c, c, xc, main, r_count, yc + r,
+                                                           w + next * c});
     }
   }
 }
@@ -399,8 +399,8 @@ void GemvBatchF32Impl(const float* HWY_RESTRICT w, const float* HWY_RESTRICT x, 
   WideBatch<F32Loader, F32Elem>(w, x, n_tokens, rows, cols, y);
 }
 
-void GemvBatchF16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x,
-                      int64_t n_tokens, int64_t rows, int64_t cols, float* HWY_RESTRICT y) {
+void GemvBatchF16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x, int64_t n_tokens,
+                      int64_t rows, int64_t cols, float* HWY_RESTRICT y) {
   WideBatch<F16Loader, F16Elem>(w, x, n_tokens, rows, cols, y);
 }
 
@@ -418,8 +418,8 @@ HWY_EXPORT(GemvBatchBf16Impl);
 HWY_EXPORT(GemvBatchF32Impl);
 HWY_EXPORT(GemvBatchF16Impl);
 
-void GemvBatchBf16(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows,
-                   int64_t cols, float* y) {
+void GemvBatchBf16(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows, int64_t cols,
+                   float* y) {
   if (n_tokens <= 0 || rows <= 0) return;
   HWY_DYNAMIC_DISPATCH(GemvBatchBf16Impl)(w, x, n_tokens, rows, cols, y);
 }
@@ -430,8 +430,8 @@ void GemvBatchF32(const float* w, const float* x, int64_t n_tokens, int64_t rows
   HWY_DYNAMIC_DISPATCH(GemvBatchF32Impl)(w, x, n_tokens, rows, cols, y);
 }
 
-void GemvBatchF16(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows,
-                  int64_t cols, float* y) {
+void GemvBatchF16(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows, int64_t cols,
+                  float* y) {
   if (n_tokens <= 0 || rows <= 0) return;
   HWY_DYNAMIC_DISPATCH(GemvBatchF16Impl)(w, x, n_tokens, rows, cols, y);
 }

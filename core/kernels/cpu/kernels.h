@@ -17,10 +17,12 @@ namespace estuary::kernels::cpu {
 // Number of threads the GEMM library may use (0: the library's default).
 void SetCpuThreads(int threads);
 
-// y[t][o] = sum_i x[t][i] * W[o][i] for t < n_tokens. `weight` is [out][in] in f32/bf16/f16.
-// Up to 8 tokens run the SIMD GEMV once per token (runtime-dispatched: AVX2, AVX-512, ...);
-// larger batches run a GEMM through OpenBLAS (bf16/f16 weights are widened to f32 a panel at a
-// time), whose per-call packing of the weight costs more than it saves for a few tokens.
+// y[t][o] = sum_i x[t][i] * W[o][i] for t < n_tokens. `weight` is [out][in] in f32/bf16/f16,
+// x is [n_tokens][in], y is [n_tokens][out]. One token runs the SIMD GEMV (GemvBf16 & co.,
+// runtime-dispatched: AVX2, AVX-512, ...); 2 to 64 tokens (a batched decode step) the batched
+// GEMV (GemvBatchBf16 & co.), which reads the weight once for all of them; larger batches
+// (prefill) a GEMM through OpenBLAS (bf16/f16 weights are widened to f32 a panel at a time),
+// whose per-call packing of the weight costs more than it saves for a few tokens.
 // INVALID_ARGUMENT when shapes or dtypes do not fit (weight must be a rank-2 host tensor).
 [[nodiscard]] absl::Status MatMul(const Tensor& weight, const float* x, int64_t n_tokens,
                                   float* y);
@@ -31,20 +33,22 @@ void GemvBf16(const uint16_t* w, const float* x, int64_t rows, int64_t cols, flo
 void GemvF32(const float* w, const float* x, int64_t rows, int64_t cols, float* y);
 // Same over IEEE f16 weights (raw bits; F16C conversion where the target has it).
 void GemvF16(const uint16_t* w, const float* x, int64_t rows, int64_t cols, float* y);
-// Multi-token GEMV for batched decode: y[t][o] = sum_i w[o*cols + i] * x[t*cols + i] for
+// Multi-token GEMV for batched decode: y[t*rows + o] = sum_i w[o*cols + i] * x[t*cols + i] for
 // t < n_tokens, o < rows. Layouts: w [rows][cols], x [n_tokens][cols], y [n_tokens][rows] (as
-// MatMul). Each weight element is read from memory once per 16-ish tokens (the token loop runs
-// inside the row loop, per-token accumulators in registers), so a decode step of several sequences
-// costs about one weight stream instead of one per token. Highway dynamic dispatch; f32
-// accumulation. n_tokens == 1 works but GemvBf16 & co. are tuned for it.
-void GemvBatchBf16(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows,
-                   int64_t cols, float* y);
+// MatMul). The token loop runs inside the row loop (4 rows x 4 tokens of accumulators in
+// registers on AVX-512), so each weight element is read from memory once per call for as many
+// tokens as fit 256 KiB of x (32 at 2048 columns, 8 at 8192; then once per such group). Beyond
+// ~4 tokens the cost is f32 FMA throughput, one FMA per weight element and token. Highway dynamic
+// dispatch; f32 accumulation; single thread. n_tokens == 1 works, but GemvBf16 & co. are tuned
+// for it. No-op when n_tokens or rows is 0.
+void GemvBatchBf16(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows, int64_t cols,
+                   float* y);
 // Same over f32 weights.
 void GemvBatchF32(const float* w, const float* x, int64_t n_tokens, int64_t rows, int64_t cols,
                   float* y);
 // Same over IEEE f16 weights (raw bits).
-void GemvBatchF16(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows,
-                  int64_t cols, float* y);
+void GemvBatchF16(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows, int64_t cols,
+                  float* y);
 // Name of the SIMD target GemvBf16 dispatches to on this machine ("AVX3", "AVX2", ...).
 const char* GemvTargetName();
 

@@ -111,8 +111,8 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, MatMulTest,
     ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                        ::testing::Values(1, 3, 13, 64, 300), ::testing::Values(1, 17, 172, 2048),
-                       // 1 and 3: GEMV per token; 9: OpenBLAS sgemm
-                       ::testing::Values(1, 3, 9)),
+                       // 1: GEMV; 3 and 9: batched GEMV; 65: OpenBLAS sgemm
+                       ::testing::Values(1, 3, 9, 65)),
     MatMulName);
 
 // The raw bf16 GEMV at shapes that exercise every tail: rows not a multiple of the row block,
@@ -160,7 +160,9 @@ TEST(GemvTest, EveryCompiledTargetMatchesReference) {
     for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
       for (int64_t rows : {1, 13}) {
         for (int64_t cols : {1, 17, 172, 4129}) {
-          for (int64_t n_tokens : {1, 9}) ExpectMatMulMatchesReference(dtype, rows, cols, n_tokens);
+          for (int64_t n_tokens : {1, 9, 65}) {
+            ExpectMatMulMatchesReference(dtype, rows, cols, n_tokens);
+          }
         }
       }
     }
