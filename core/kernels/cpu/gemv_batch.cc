@@ -14,8 +14,8 @@
 // Roofline on Zen 4 (one core): f32 FMA peak ~58 G/s (one 512-bit FMA per cycle at 3.6 GHz) and
 // streaming read ~30 GB/s. bf16 costs one FMA per weight element per token, so from about 4
 // tokens on the kernel is compute-bound: its weight rate is at most 2 bytes * 58e9 / n_tokens,
-// ~29 GB/s at 4 tokens and ~7 GB/s at 16. Measured (bench/gemv_benchmark): ~0.7 of streaming at
-// 4 tokens, ~0.2 at 16, each within ~20% of that bound.
+// ~29 GB/s at 4 tokens and ~7.3 GB/s at 16. Measured (bench/gemv_benchmark, medians): 23-26 GB/s
+// (0.77-0.94 of streaming) at 4 tokens, 6.5-6.8 GB/s (0.22-0.24, ~90% of the FMA bound) at 16.
 //
 // bf16 uses the same trick as gemv.cc: 2N bf16 loaded as N u32 lanes give the even-indexed
 // elements by `lane << 16` and the odd-indexed ones by `lane & 0xffff0000`, so x is copied once

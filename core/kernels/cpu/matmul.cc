@@ -19,12 +19,14 @@ namespace {
 constexpr int64_t kPanelElements = int64_t{1} << 18;
 
 // From 2 up to this many tokens MatMul runs the batched GEMV (GemvBatch*: one pass over the
-// weight for all tokens, single thread); above it OpenBLAS sgemm. Measured on Zen 4 (2 cores,
-// shared), bf16 at the four Llama-3.2-1B shapes against sgemm over widened panels, median wall
-// time: the batched GEMV is 2-13x faster at 2-16 tokens, 1.7-3x at 32, and still 1.1-2x at 64
-// against sgemm on one thread and on two; at 96-128 sgemm on two threads wins on two of the
-// shapes (0.84-0.92x). f32 and f16 at 2048x2048 cross over later still (1.2-1.6x at 64-96).
-// The batched GEMV is single-threaded, so with many BLAS threads the crossover moves lower.
+// weight for all tokens, single thread); above it OpenBLAS sgemm. Measured on Zen 4 (2 cores
+// shared with other jobs), bf16 at the four Llama-3.2-1B shapes against sgemm over widened panels
+// on one and on two BLAS threads, median wall time per call: the batched GEMV is 2-16x faster at
+// 2-16 tokens, 2.2-2.9x at 32 and 1.6-2.1x at 64 (1.1-2x in a noisier run); at 96-128 it was
+// still ahead of one-thread sgemm (1.3-1.6x) but two-thread sgemm won on two shapes in one run
+// (0.84-0.92x). f32 and f16 at 2048x2048: 1.2-1.6x at 64. The batched GEMV does not use more
+// threads, so with many free cores for BLAS the crossover moves lower; 64 keeps decode batches
+// (2-32 sequences) on the batched GEMV and leaves prefill chunks to sgemm.
 constexpr int64_t kGemvBatchMaxTokens = 64;
 
 // One token: the decode GEMV.
