@@ -23,14 +23,6 @@
 //   --pool_mib=N  size of the weight / streaming buffer in MiB (default 1024, at least 600 so the
 //                 LM head fits)
 
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "bench/gemv_benchmark.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-// Must follow foreach_target.h.
-#include "hwy/highway.h"
-
-#ifndef ESTUARY_BENCH_GEMV_BENCHMARK_ONCE
-#define ESTUARY_BENCH_GEMV_BENCHMARK_ONCE
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -46,42 +38,11 @@
 
 #include "benchmark/benchmark.h"
 #include "core/kernels/cpu/kernels.h"
+#include "core/kernels/cpu/stream_read.h"
 #include "core/tensor/half_float.h"
 #include "hwy/aligned_allocator.h"
-#endif
 
-HWY_BEFORE_NAMESPACE();
 namespace estuary::bench {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-
-// Sum of the buffer as u32 lanes, four independent accumulators. `bytes` is a multiple of
-// 4 vectors (the pool is sized so).
-uint32_t StreamSumImpl(const uint8_t* HWY_RESTRICT data, size_t bytes) {
-  const hn::ScalableTag<uint32_t> d;
-  const size_t n = hn::Lanes(d);
-  const auto* p = reinterpret_cast<const uint32_t*>(data);
-  const size_t count = bytes / sizeof(uint32_t);
-  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-  for (size_t i = 0; i + 4 * n <= count; i += 4 * n) {
-    a0 = hn::Add(a0, hn::Load(d, p + i));
-    a1 = hn::Add(a1, hn::Load(d, p + i + n));
-    a2 = hn::Add(a2, hn::Load(d, p + i + 2 * n));
-    a3 = hn::Add(a3, hn::Load(d, p + i + 3 * n));
-  }
-  return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-}
-
-// NOLINTNEXTLINE(google-readability-namespace-comments)
-}  // namespace HWY_NAMESPACE
-}  // namespace estuary::bench
-HWY_AFTER_NAMESPACE();
-
-#if HWY_ONCE
-namespace estuary::bench {
-
-HWY_EXPORT(StreamSumImpl);
-
 namespace {
 
 constexpr double kGB = 1e9;
@@ -128,7 +89,7 @@ void FillPool(Pool& pool) {
 void BM_StreamRead(benchmark::State& state) {
   const auto* data = reinterpret_cast<const uint8_t*>(g_pool->data.get());
   for (auto _ : state) {
-    benchmark::DoNotOptimize(HWY_DYNAMIC_DISPATCH(StreamSumImpl)(data, g_pool->bytes));
+    benchmark::DoNotOptimize(kernels::cpu::StreamSum(data, g_pool->bytes));
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(g_pool->bytes));
@@ -386,4 +347,3 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   return 0;
 }
-#endif  // HWY_ONCE
