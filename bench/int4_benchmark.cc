@@ -1,7 +1,7 @@
 // int4_benchmark: Int4MatMul (the exit river's int4 × f32 kernel) against the single-core
 // streaming-read bandwidth and against the bf16 decode GEMV, at the Llama-3.2-1B shapes.
 //
-//   stream_read:          a SIMD integer sum over one large buffer (as in gemv_benchmark);
+//   stream_read:          kernels::cpu::StreamSum over one large buffer (as in gemv_benchmark);
 //   bf16/<shape>/n<T>:    kernels::cpu::GemvBf16 once per token (what MatMul runs up to 8 tokens)
 //                         over matrices carved from that buffer, cycling so reads come from DRAM;
 //   int4/<shape>/n<T>:    Int4MatMul over `--int4_mib` MiB of distinct Int4Matrix copies per
@@ -9,73 +9,43 @@
 //   int4_t2/<shape>/n1:   the same with threads = 2 (wall time; other rows use CPU time).
 // GB/s counts the bytes of the weights read per call (Int4Matrix::bytes(), bf16 2 bytes/weight),
 // 1 GB = 1e9 bytes. The summary table gives, per shape and token count, the int4 GB/s, its
-// fraction of stream_read, and the time ratio bf16 / int4 (medians over the repetitions).
+// fraction of stream_read, and the time ratio bf16 / int4 (medians over the repetitions); then
+// the time Int4Matrix::Quantize takes per shape and for all 112 matrices of Llama-3.2-1B.
 //
 // Usage: int4_benchmark [--json] [--pool_mib=N] [--int4_mib=N] [--benchmark_* flags]
 //   By default every benchmark runs 5 times in random order.
+//   --json        two JSON objects on stdout, kernels then quantization (benchmark output on
+//                 stderr)
+//   --pool_mib=N  streaming / bf16 buffer in MiB (default 1024)
+//   --int4_mib=N  int4 copies per shape in MiB (default 256)
 
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "bench/int4_benchmark.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-// Must follow foreach_target.h.
-#include "hwy/highway.h"
-
-#ifndef ESTUARY_BENCH_INT4_BENCHMARK_ONCE
-#define ESTUARY_BENCH_INT4_BENCHMARK_ONCE
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "benchmark/benchmark.h"
 #include "core/kernels/cpu/kernels.h"
+#include "core/kernels/cpu/stream_read.h"
 #include "core/quant/int4_matmul.h"
 #include "core/quant/int4_matrix.h"
 #include "core/tensor/half_float.h"
 #include "core/tensor/tensor.h"
 #include "hwy/aligned_allocator.h"
-#endif
 
-HWY_BEFORE_NAMESPACE();
 namespace estuary::bench {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-
-// Sum of the buffer as u32 lanes, four independent accumulators (same as gemv_benchmark).
-uint32_t StreamSumImpl(const uint8_t* HWY_RESTRICT data, size_t bytes) {
-  const hn::ScalableTag<uint32_t> d;
-  const size_t n = hn::Lanes(d);
-  const auto* p = reinterpret_cast<const uint32_t*>(data);
-  const size_t count = bytes / sizeof(uint32_t);
-  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-  for (size_t i = 0; i + 4 * n <= count; i += 4 * n) {
-    a0 = hn::Add(a0, hn::Load(d, p + i));
-    a1 = hn::Add(a1, hn::Load(d, p + i + n));
-    a2 = hn::Add(a2, hn::Load(d, p + i + 2 * n));
-    a3 = hn::Add(a3, hn::Load(d, p + i + 3 * n));
-  }
-  return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-}
-
-// NOLINTNEXTLINE(google-readability-namespace-comments)
-}  // namespace HWY_NAMESPACE
-}  // namespace estuary::bench
-HWY_AFTER_NAMESPACE();
-
-#if HWY_ONCE
-namespace estuary::bench {
-
-HWY_EXPORT(StreamSumImpl);
-
 namespace {
 
 constexpr double kGB = 1e9;
@@ -131,7 +101,7 @@ std::vector<float> Activations(int64_t n) {
 void BM_StreamRead(benchmark::State& state) {
   const auto* data = reinterpret_cast<const uint8_t*>(g_pool->data.get());
   for (auto _ : state) {
-    benchmark::DoNotOptimize(HWY_DYNAMIC_DISPATCH(StreamSumImpl)(data, g_pool->bytes));
+    benchmark::DoNotOptimize(kernels::cpu::StreamSum(data, g_pool->bytes));
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(g_pool->bytes));
@@ -282,6 +252,75 @@ void PrintSummary(const CapturingReporter& r, bool json, double quantize_seconds
   }
 }
 
+// Times Int4Matrix::Quantize (default options: g64, HQQ-style refinement, all cores; and RTN)
+// on one random bf16 matrix per shape, and the total for the 112 matrices of Llama-3.2-1B
+// (16 layers of q, k, v, o, gate, up, down).
+struct QuantizeTiming {
+  double refine_seconds[std::size(kShapes)] = {};
+  double rtn_seconds[std::size(kShapes)] = {};
+  double sq_error_ratio[std::size(kShapes)] = {};  // refined / RTN squared error
+  double model_refine_seconds = 0;
+  double model_rtn_seconds = 0;
+};
+
+bool TimeQuantize(QuantizeTiming& timing) {
+  constexpr int kPerLayer[] = {2, 2, 2, 1};  // q+o, k+v, gate+up, down
+  for (size_t i = 0; i < std::size(kShapes); ++i) {
+    const Shape& s = kShapes[i];
+    absl::StatusOr<Tensor> w = Tensor::Zeros(DType::kBF16, {s.rows, s.cols});
+    if (!w.ok()) return false;
+    uint64_t state = 0x9E3779B97F4A7C15ull + i;
+    uint16_t* p = w->mutable_data<uint16_t>();
+    for (int64_t j = 0; j < s.rows * s.cols; ++j) {
+      // Roughly normal (a sum of four uniforms), standard deviation 1/sqrt(cols), as synth.
+      double sum = 0;
+      for (int k = 0; k < 4; ++k) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        sum += static_cast<double>(state >> 11) * 0x1p-53 - 0.5;
+      }
+      p[j] = F32ToBf16(static_cast<float>(sum * std::sqrt(3.0) / std::sqrt(double(s.cols))));
+    }
+    for (bool refine : {true, false}) {
+      Int4QuantOptions options;
+      options.refine = refine;
+      Int4QuantStats stats;
+      absl::StatusOr<Int4Matrix> m = Int4Matrix::Quantize(*w, options, &stats);
+      if (!m.ok()) return false;
+      (refine ? timing.refine_seconds : timing.rtn_seconds)[i] = stats.seconds;
+      if (refine) timing.sq_error_ratio[i] = stats.sq_error / stats.rtn_sq_error;
+      (refine ? timing.model_refine_seconds : timing.model_rtn_seconds) +=
+          16.0 * kPerLayer[i] * stats.seconds;
+    }
+  }
+  return true;
+}
+
+void PrintQuantizeTiming(const QuantizeTiming& t, bool json) {
+  if (json) {
+    std::printf("{\"quantize\": [");
+    for (size_t i = 0; i < std::size(kShapes); ++i) {
+      std::printf("%s{\"shape\": \"%s\", \"refine_seconds\": %.4f, \"rtn_seconds\": %.4f, "
+                  "\"sq_error_ratio\": %.4f}",
+                  i ? ", " : "", kShapes[i].name, t.refine_seconds[i], t.rtn_seconds[i],
+                  t.sq_error_ratio[i]);
+    }
+    std::printf("], \"llama_3_2_1b_refine_seconds\": %.3f, \"llama_3_2_1b_rtn_seconds\": %.3f}\n",
+                t.model_refine_seconds, t.model_rtn_seconds);
+    return;
+  }
+  std::printf("Int4Matrix::Quantize (g64, %u threads), one bf16 matrix per shape:\n",
+              std::thread::hardware_concurrency());
+  std::printf("%-24s %12s %10s %16s\n", "shape", "refine s", "RTN s", "sq err vs RTN");
+  for (size_t i = 0; i < std::size(kShapes); ++i) {
+    std::printf("%-24s %12.3f %10.3f %16.4f\n", ShapeName(kShapes[i]).c_str(),
+                t.refine_seconds[i], t.rtn_seconds[i], t.sq_error_ratio[i]);
+  }
+  std::printf("Llama-3.2-1B (112 matrices): refine %.1f s, RTN %.1f s\n\n", t.model_refine_seconds,
+              t.model_rtn_seconds);
+}
+
 // `count` int4 copies of one random bf16 matrix of `shape`.
 bool BuildInt4Set(const Shape& shape, size_t count, std::vector<Int4Matrix>& out) {
   absl::StatusOr<Tensor> w = Tensor::Zeros(DType::kBF16, {shape.rows, shape.cols});
@@ -368,6 +407,11 @@ int main(int argc, char** argv) {
   const double quantize_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   g_int4 = &int4;
+  QuantizeTiming timing;
+  if (!TimeQuantize(timing)) {
+    std::fprintf(stderr, "quantization timing failed\n");
+    return 1;
+  }
 
   // Rates per CPU second for single-threaded rows (robust to being descheduled on a shared
   // machine); the threaded rows use wall time.
@@ -396,7 +440,7 @@ int main(int argc, char** argv) {
   CapturingReporter reporter(std::move(console));
   benchmark::RunSpecifiedBenchmarks(&reporter);
   PrintSummary(reporter, json, quantize_seconds);
+  PrintQuantizeTiming(timing, json);
   benchmark::Shutdown();
   return 0;
 }
-#endif  // HWY_ONCE

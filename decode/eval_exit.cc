@@ -17,16 +17,6 @@
 namespace estuary {
 namespace {
 
-double Cosine(const float* a, const float* b, int64_t n) {
-  double dot = 0, na = 0, nb = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    dot += static_cast<double>(a[i]) * b[i];
-    na += static_cast<double>(a[i]) * a[i];
-    nb += static_cast<double>(b[i]) * b[i];
-  }
-  return na > 0 && nb > 0 ? dot / std::sqrt(na * nb) : 0.0;
-}
-
 // -log softmax(logits)[target], in double.
 double Nll(absl::Span<const float> logits, int32_t target) {
   const float max_logit = *std::max_element(logits.begin(), logits.end());
@@ -59,8 +49,8 @@ class KvFidelityProbe final : public ForwardProbe {
       kernels::cpu::ApplyRope(kb.data() + t * kv_dim, c.n_kv_heads, c.head_dim, start_pos + t,
                               model_.rope_inv_freq(), c.rope_style);
       const size_t l = static_cast<size_t>(layer);
-      k_sum_[l] += Cosine(k + t * kv_dim, kb.data() + t * kv_dim, kv_dim);
-      v_sum_[l] += Cosine(v + t * kv_dim, vb.data() + t * kv_dim, kv_dim);
+      k_sum_[l] += kernels::cpu::CosineSimilarity(k + t * kv_dim, kb.data() + t * kv_dim, kv_dim);
+      v_sum_[l] += kernels::cpu::CosineSimilarity(v + t * kv_dim, vb.data() + t * kv_dim, kv_dim);
       ++count_[l];
     }
   }

@@ -4,36 +4,12 @@
 #include <cmath>
 #include <vector>
 
+#include "core/kernels/cpu/kernels.h"
+
 namespace estuary {
-namespace {
 
-// Dot product with eight independent partial sums (the compiler vectorizes it; the additions do
-// not form one dependency chain). Same summation order as kernels::cpu::CausalAttention.
-inline float Dot(const float* a, const float* b, int n) {
-  float partial[8] = {};
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) partial[j] += a[i + j] * b[i + j];
-  }
-  float sum = 0.0f;
-  for (; i < n; ++i) sum += a[i] * b[i];
-  for (float p : partial) sum += p;
-  return sum;
-}
-
-// Numerically stable softmax in place (as kernels::cpu::Softmax).
-void Softmax(float* x, int n) {
-  const float max_value = *std::max_element(x, x + n);
-  float sum = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - max_value);
-    sum += x[i];
-  }
-  const float inv_sum = 1.0f / sum;
-  for (int i = 0; i < n; ++i) x[i] *= inv_sum;
-}
-
-}  // namespace
+using kernels::cpu::Dot;
+using kernels::cpu::Softmax;
 
 void PagedAttention(const float* q, int n_queries, int start_pos, const KvPool& pool,
                     absl::Span<const int32_t> pages, int layer, int n_heads, float* out) {

@@ -39,17 +39,6 @@ absl::Status ValidateEntries(const LlamaModel& model, absl::Span<const BatchEntr
   return absl::OkStatus();
 }
 
-float Cosine(const float* a, const float* b, int64_t n) {
-  double dot = 0.0, na = 0.0, nb = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    dot += static_cast<double>(a[i]) * b[i];
-    na += static_cast<double>(a[i]) * a[i];
-    nb += static_cast<double>(b[i]) * b[i];
-  }
-  if (na == 0.0 || nb == 0.0) return 0.0f;
-  return static_cast<float>(dot / std::sqrt(na * nb));
-}
-
 // The rows of `x` ([rows][dim]) that belong to the selected entries, gathered contiguously.
 struct Group {
   std::vector<const BatchEntry*> entries;
@@ -163,7 +152,8 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
         const int64_t n = static_cast<int64_t>(group.entries[g]->tokens.size());
         float s = std::numeric_limits<float>::infinity();
         for (int64_t t = row; t < row + n; ++t) {
-          s = std::min(s, Cosine(h_in.data() + t * dim, group.x.data() + t * dim, dim));
+          s = std::min(s, static_cast<float>(k::CosineSimilarity(h_in.data() + t * dim,
+                                                                  group.x.data() + t * dim, dim)));
         }
         similarity[group.entry_index[g]] = s;
         row += n;

@@ -1,32 +1,27 @@
 // Int4MatMul: int4 weights (Int4Matrix layout, see int4_matrix.h) × f32 activations, Highway
-// runtime dispatch. Memory order: one 4-row tile at a time (its f16 parameters, then its
-// nibbles: one linear stream over the whole matrix); within a tile, block by block, the rows of a
-// block side by side.
+// runtime dispatch.
 //
-// GEMV (one token): the weights are streamed once, so the kernel must unpack at memory speed.
-// Per group g of row r:  y_r = Σ_g s_rg Σ_{i∈g} q_i x_i + Σ_g m_rg X_g,  X_g = Σ_{i∈g} x_i.
-// x is converted once per call to int16 per group: x_i ≈ x16_i · e_g with e_g = max_g |x| / 32767
-// (relative error <= 2^-16 of the group's largest |x|: a 16-bit activation, as W4A16). Then
-// Σ q_i x16_i is an exact integer: u16 lanes hold 4 nibbles, one shift and/or one AND give
-// 32 codes, and one multiply-add of int16 pairs (vpmaddwd) plus one add accumulate them in int32
-// — about half the work of widening codes to f32, which cannot keep up with memory on one core
-// (and + cvt + fma per 16 weights runs at 1.5 cycles on Zen 4). At the end of each group the
-// int32 sums are converted and folded into f32 accumulators with one FMA by s_rg · e_g.
-// Products of a group stay below 2^31 (1024 · 15 · 32767 < 2^29).
+// Arithmetic. Per row r, group g and token t:
+//   y_rt = Σ_g s_rg Σ_{i∈g} q_ri x_ti + Σ_g m_rg X_tg,   X_tg = Σ_{i∈g} x_ti.
+// x is converted once per call to int16 per (token, group): x_ti ≈ x16_ti · e_tg with
+// e_tg = max_{i∈g} |x_ti| / 32767 (error <= e_tg / 2: a 16-bit activation, as in W4A16). Then
+// Σ q x16 over a group is an exact int32 (1024 · 15 · 32767 < 2^31): u16 lanes hold 4 nibbles,
+// one shift and/or one AND give 32 codes, and one multiply-add of int16 pairs (vpmaddwd) plus one
+// add accumulate them. At the end of a group the int32 sums are converted and folded into f32
+// accumulators with one FMA by s_rg · e_tg; the offsets add Σ_g m_rg X_tg at the end, and the
+// matrix's param_multiplier scales each output. Widening the codes to f32 instead (and + cvt +
+// fma per 16 weights) costs about twice as many vector slots and cannot keep up with memory on
+// one Zen 4 core; f32 FMAs per token would likewise bound a batched kernel at the same speed.
 //
-// Panels (int4_matrix.h) run one after the other, each over all tiles, so that the panel's x
-// (8 KiB as int16) stays in L1 next to the weight stream; outputs add up over panels.
+// One kernel for every token count: kR rows × kT tokens of accumulators; each unpacked vector
+// of codes serves kT tokens and each load of x serves kR rows. A token's result is computed by
+// the same integer sums and the same f32 operations in the same order whatever n_tokens and the
+// chunking are, so outputs are bitwise independent of the batch (int4_matmul_test checks it).
 //
-// GEMM (2..32 tokens): f32, because there the FMA per weight and token dominates. The same bytes
-// are read as u32 lanes: nibble p (bits [4p, 4p+4)) of u32 lane i is column 32 (p % 4) + 2 i +
-// p / 4 of the block. Masking bits [4p, 4p+4) and converting gives q · 2^(4p) exactly; x is copied
-// once per call in that column order and pre-multiplied by 2^(-4p) (exact), the top nibble is
-// taken by one shift. Each unpacked vector is multiplied by its group scale once and serves up to
-// 4 tokens; each load of x serves 4 rows (2 on AVX2). Token chunks of 4 reuse the tile from L1,
-// so the weights are read from memory once per call.
-//
-// All accumulation is f32 (int32 within a GEMV group); the matrix's param_multiplier is applied
-// to each output.
+// Memory order: column panels (int4_matrix.h) one after the other, each over all its row tiles
+// front to back; within a tile, block by block, the kR rows of a block side by side. A panel's
+// x (8 KiB of int16 per token) stays in L1 next to the weight stream. Token chunks of up to kT
+// re-read the tile's chunk from L1, so the weights are read from memory once per call.
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "core/quant/int4_matmul.cc"
@@ -37,6 +32,7 @@
 #ifndef ESTUARY_CORE_QUANT_INT4_MATMUL_ONCE
 #define ESTUARY_CORE_QUANT_INT4_MATMUL_ONCE
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <cstddef>
@@ -49,7 +45,6 @@
 
 #include "core/quant/int4_matmul.h"
 #include "core/quant/int4_matrix.h"
-#include "core/tensor/half_float.h"
 #include "hwy/aligned_allocator.h"
 
 namespace estuary::int4_kernel {
@@ -57,20 +52,21 @@ namespace estuary::int4_kernel {
 constexpr int64_t kTileRows = Int4Matrix::kTileRows;
 constexpr int64_t kBlockCols = Int4Matrix::kBlockCols;
 constexpr int64_t kSliceCols = Int4Matrix::kSliceCols;  // 32: one u16 nibble position
-constexpr int kGemmTokens = 4;  // tokens per GEMM chunk (accumulator registers)
+constexpr int kMaxChunkTokens = 4;                      // most tokens per kernel call
+// Row stride of the f32 parameter buffers: the most groups a panel can have (g32), so that
+// every (row, token) offset in the kernel is a compile-time constant.
+constexpr int64_t kParamStride = Int4Matrix::kPanelCols / 32;
 
-// Per-call inputs shared, read-only, by every tile.
+// Per-call inputs shared, read-only, by every tile: per token, x as int16 per group, the
+// per-group step e_tg and the per-group sums X_tg.
 struct Prepared {
   int64_t n_tokens = 0;
   int64_t padded_cols = 0;    // n_blocks * 128
-  int64_t padded_groups = 0;  // round_up(n_groups, 16) + 16: room for every panel's padding
-  // GEMV (n_tokens == 1): x as int16 per group, and the per-group step e_g.
-  const int16_t* x16 = nullptr;  // [padded_cols]
-  const float* xstep = nullptr;  // [padded_groups]
-  // GEMM: x in the u32-nibble column order, scaled by 2^(-4p). [n_tokens][padded_cols]
-  const float* xs = nullptr;
-  // Both: Σ of x over each group. [n_tokens][padded_groups]
-  const float* xsum = nullptr;
+  int64_t padded_groups = 0;  // round_up(n_groups, 16) + 16: token stride of xstep, xsum;
+                              // room for every panel's zero padding
+  const int16_t* x16 = nullptr;  // [n_blocks][n_tokens][128]: a block's tokens side by side
+  const float* xstep = nullptr;  // [n_tokens][padded_groups]
+  const float* xsum = nullptr;   // [n_tokens][padded_groups]
 };
 
 // Thread-local growable scratch, one per `slot`, 64-byte aligned.
@@ -84,12 +80,6 @@ inline void* Scratch(int slot, size_t bytes) {
   return buffers[slot].get();
 }
 
-inline int Log2(int64_t v) {
-  int s = 0;
-  while ((int64_t{1} << s) < v) ++s;
-  return s;
-}
-
 }  // namespace estuary::int4_kernel
 #endif  // ESTUARY_CORE_QUANT_INT4_MATMUL_ONCE
 
@@ -98,25 +88,28 @@ namespace estuary::int4_kernel {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// GEMV tags: a slice is 32 u16 lanes (one vector on AVX-512, two on AVX2).
+// A slice is 32 u16 lanes: one vector on AVX-512, two on AVX2, four on SSE4.
 using D16 = hn::CappedTag<int16_t, 32>;
 using DU16 = hn::RebindToUnsigned<D16>;
 using D32 = hn::RepartitionToWide<D16>;
 using DF = hn::Rebind<float, D32>;
-using DU32 = hn::RebindToUnsigned<DF>;
 using V16 = hn::Vec<D16>;
 using VU16 = hn::Vec<DU16>;
 using V32 = hn::Vec<D32>;
 using VF = hn::Vec<DF>;
-using VU32 = hn::Vec<DU32>;
 constexpr size_t kN16 = hn::MaxLanes(D16());
 constexpr size_t kNF = hn::MaxLanes(DF());
-constexpr size_t kVecs16 = kSliceCols / kN16;  // u16 vectors per 32-column slice
-constexpr size_t kVecsF = 16 / kNF;            // f32 vectors per 16-lane u32 slice (GEMM)
+constexpr size_t kVecs = kSliceCols / kN16;  // u16 vectors per slice
+
+// Rows × tokens per kernel call. With 32 registers (AVX-512): 4 rows for one token, 2 rows × up
+// to 4 tokens; with 16 (AVX2 and below): 2 rows for one token, 1 row × up to 4 tokens. Each
+// (row, token) holds an int32 and an f32 accumulator.
+constexpr int kGemvRows = kVecs == 1 ? 4 : 2;
+constexpr int kGemmRows = kVecs == 1 ? 2 : 1;
 
 // ---- Per-call preparation ------------------------------------------------------------------
 
-// Σ over [begin, end) and max |x| (vector part and scalar tail).
+// Σ over [begin, end) and max |x|.
 HWY_INLINE void SumAndMaxAbs(const float* HWY_RESTRICT x, int64_t begin, int64_t end,
                              float* sum, float* max_abs) {
   const DF df;
@@ -137,9 +130,13 @@ HWY_INLINE void SumAndMaxAbs(const float* HWY_RESTRICT x, int64_t begin, int64_t
   *max_abs = mm;
 }
 
-void PrepareGemvImpl(const float* HWY_RESTRICT x, int64_t cols, int64_t group,
-                     int64_t padded_cols, int64_t padded_groups, int16_t* HWY_RESTRICT x16,
-                     float* HWY_RESTRICT xstep, float* HWY_RESTRICT xsum) {
+// One token: x16 (zero past cols; column c at x16[(c / 128) * block_stride + c % 128]), xstep
+// and xsum (zero past the last group).
+void PrepareTokenImpl(const float* HWY_RESTRICT x, int64_t cols, int64_t group,
+                      int64_t padded_cols, int64_t padded_groups, int16_t* HWY_RESTRICT x16,
+                      int64_t block_stride, float* HWY_RESTRICT xstep,
+                      float* HWY_RESTRICT xsum) {
+  const auto at = [&](int64_t c) { return (c / kBlockCols) * block_stride + c % kBlockCols; };
   const DF df;
   const hn::Rebind<int16_t, DF> d16h;  // half-width int16 for DemoteTo
   for (int64_t g = 0; g < padded_groups; ++g) {
@@ -159,24 +156,21 @@ void PrepareGemvImpl(const float* HWY_RESTRICT x, int64_t cols, int64_t group,
     int64_t i = begin;
     for (; i + static_cast<int64_t>(kNF) <= end; i += kNF) {
       const auto q = hn::NearestInt(hn::Mul(hn::LoadU(df, x + i), vinv));
-      hn::StoreU(hn::DemoteTo(d16h, q), d16h, x16 + i);
+      hn::StoreU(hn::DemoteTo(d16h, q), d16h, x16 + at(i));  // never crosses a block
     }
     for (; i < end; ++i) {
       const float v = std::min(32767.0f, std::max(-32767.0f, std::nearbyint(x[i] * inv)));
-      x16[i] = static_cast<int16_t>(v);
+      x16[at(i)] = static_cast<int16_t>(v);
     }
   }
-  for (int64_t i = cols; i < padded_cols; ++i) x16[i] = 0;
+  for (int64_t i = cols; i < padded_cols; ++i) x16[at(i)] = 0;
 }
 
-// ---- GEMV ----------------------------------------------------------------------------------
-// kR rows side by side: 4 on AVX-512, 2 where a slice takes two vectors (AVX2), so that the
-// nibbles and accumulators stay in registers. Every load of x serves the kR rows.
-constexpr int kGemvRows = kVecs16 == 1 ? 4 : 2;
+// ---- Kernel --------------------------------------------------------------------------------
 
 // Codes of nibble k of each u16 lane, as int16.
 template <int k>
-HWY_INLINE V16 Unpack16(VU16 w) {
+HWY_INLINE V16 Unpack(VU16 w) {
   const D16 d16;
   const DU16 du16;
   const auto mask = hn::Set(du16, uint16_t{0xF});
@@ -185,283 +179,230 @@ HWY_INLINE V16 Unpack16(VU16 w) {
   return hn::BitCast(d16, hn::And(hn::ShiftRight<4 * k>(w), mask));
 }
 
-struct GemvState {
-  const int16_t* x16;     // this block's int16 x
-  const float* scales;    // combined scales s_rg · e_g, [row][padded_groups]
-  int64_t stride;         // padded_groups
-  int64_t group;          // group index of this block's first slice (kS < 4), or the group
-  bool flush;             // kS == 4: the group ends with this block
+// What a kernel call reads besides the nibbles (pointers at the panel's first column/group).
+struct KernelArgs {
+  const float* scales;   // s_rg · e_tg at scales[(t * kTileRows + r) * kParamStride + g]
+  const float* offsets;  // m_rg at offsets[r * kParamStride + g]
+  int64_t n_groups16;    // groups of the panel rounded up to 16 (zeros past the last)
+  const int16_t* x16;    // block b, token t at x16 + b * x16_block_stride + t * 128
+  int64_t x16_block_stride;
+  const float* xsum;     // token t at xsum + t * x_stride
+  int64_t x_stride;
+  int64_t n_blocks;
+  int64_t blocks_per_group;  // kS == 4 only
 };
 
-// Slice k of one block for kR rows, then the group end if there is one.
-template <int kR, int kS, int k>
-HWY_INLINE void GemvSlice(const VU16 (&w)[kR][kVecs16], const GemvState& st, V32 (&isum0)[kR],
-                          V32 (&isum1)[kR], VF (&acc)[kR]) {
+// Per block: which group a slice belongs to and whether it ends there.
+struct BlockState {
+  const int16_t* x16;  // this block's x of token 0
+  int64_t group;       // kS < 4: group of slice 0 (slice k: group + k / kS); kS == 4: the group
+  bool flush;          // kS == 4: the group ends with this block
+};
+
+// Slice k of one block for kR rows × kT tokens, then the group end if there is one.
+template <int kR, int kT, int kS, int k>
+HWY_INLINE void Slice(const VU16 (&w)[kR][kVecs], const KernelArgs& a, const BlockState& b,
+                      V32 (&isum0)[kR * kT], V32 (&isum1)[kR * kT], VF (&acc)[kR * kT]) {
   const D16 d16;
   const D32 d32;
   const DF df;
-  HWY_UNROLL(2)
-  for (size_t v = 0; v < kVecs16; ++v) {
-    const V16 xv = hn::Load(d16, st.x16 + k * kSliceCols + v * kN16);
-    HWY_UNROLL(4)
-    for (int r = 0; r < kR; ++r) {
-      isum0[r] = hn::ReorderWidenMulAccumulate(d32, Unpack16<k>(w[r][v]), xv, isum0[r], isum1[r]);
+  HWY_UNROLL(16)
+  for (size_t v = 0; v < kVecs; ++v) {
+    V16 q[kR];
+    HWY_UNROLL(16)
+    for (int r = 0; r < kR; ++r) q[r] = Unpack<k>(w[r][v]);
+    HWY_UNROLL(16)
+    for (int t = 0; t < kT; ++t) {
+      const V16 xv = hn::Load(d16, b.x16 + t * kBlockCols + k * kSliceCols + v * kN16);
+      HWY_UNROLL(16)
+      for (int r = 0; r < kR; ++r) {
+        const int i = r * kT + t;
+        isum0[i] = hn::ReorderWidenMulAccumulate(d32, q[r], xv, isum0[i], isum1[i]);
+      }
     }
   }
   if constexpr ((k + 1) % kS == 0) {
-    if (kS < 4 || st.flush) {
-      const int64_t g = kS < 4 ? st.group + k / kS : st.group;
-      HWY_UNROLL(4)
+    if (kS < 4 || b.flush) {
+      const int64_t g = kS < 4 ? b.group + k / kS : b.group;
+      HWY_UNROLL(16)
       for (int r = 0; r < kR; ++r) {
-        const VF sum = hn::ConvertTo(df, hn::Add(isum0[r], isum1[r]));
-        acc[r] = hn::MulAdd(sum, hn::Set(df, st.scales[r * st.stride + g]), acc[r]);
-        isum0[r] = hn::Zero(d32);
-        isum1[r] = hn::Zero(d32);
+        HWY_UNROLL(16)
+        for (int t = 0; t < kT; ++t) {
+          const int i = r * kT + t;
+          const VF sum = hn::ConvertTo(df, hn::Add(isum0[i], isum1[i]));
+          const float scale = a.scales[(t * kTileRows + r) * kParamStride + g];
+          acc[i] = hn::MulAdd(sum, hn::Set(df, scale), acc[i]);
+          isum0[i] = hn::Zero(d32);
+          isum1[i] = hn::Zero(d32);
+        }
       }
     }
   }
 }
 
-template <int kR, int kS, size_t... K>
-HWY_INLINE void GemvBlock(std::index_sequence<K...>, const uint16_t* HWY_RESTRICT words,
-                          const GemvState& st, V32 (&isum0)[kR], V32 (&isum1)[kR],
-                          VF (&acc)[kR]) {
+template <int kR, int kT, int kS, size_t... K>
+HWY_INLINE void Block(std::index_sequence<K...>, const uint16_t* HWY_RESTRICT words,
+                      const KernelArgs& a, const BlockState& b, V32 (&isum0)[kR * kT],
+                      V32 (&isum1)[kR * kT], VF (&acc)[kR * kT]) {
   const DU16 du16;
-  VU16 w[kR][kVecs16];
-  HWY_UNROLL(4)
+  VU16 w[kR][kVecs];
+  HWY_UNROLL(16)
   for (int r = 0; r < kR; ++r) {
-    HWY_UNROLL(2)
-    for (size_t v = 0; v < kVecs16; ++v) {
-      w[r][v] = hn::Load(du16, words + r * kSliceCols + v * kN16);
-    }
+    HWY_UNROLL(16)
+    for (size_t v = 0; v < kVecs; ++v) w[r][v] = hn::Load(du16, words + r * kSliceCols + v * kN16);
   }
-  (GemvSlice<kR, kS, static_cast<int>(K)>(w, st, isum0, isum1, acc), ...);
+  (Slice<kR, kT, kS, static_cast<int>(K)>(w, a, b, isum0, isum1, acc), ...);
 }
 
-// kR rows starting at `words` (row 0's words of block 0), one token. kS = slices per group
-// (1 for g32, 2 for g64, 4 for groups of >= 128 columns, which span blocks_per_group blocks).
-// dots[r] = Σ_g s_rg e_g Σ q x16 + Σ_g m_rg X_g (without the matrix multiplier).
-// x16 and xsum start at the panel's first column and group; `stride` is the row stride of
-// scales and offsets (a multiple of 16, with zeros past the panel's groups).
-template <int kR, int kS>
-HWY_NOINLINE void GemvRows(const uint16_t* HWY_RESTRICT words, const float* HWY_RESTRICT scales,
-                           const float* HWY_RESTRICT offsets, int64_t stride,
-                           const int16_t* HWY_RESTRICT x16, const float* HWY_RESTRICT xsum,
-                           int64_t n_blocks, int64_t blocks_per_group, float* dots) {
+// kR rows (from `words`: row 0's words of block 0 of the chunk) × kT tokens over one panel.
+// kS = slices per group (1 for g32, 2 for g64, 4 for groups of >= 128 columns, which span
+// blocks_per_group blocks). dots[r * kT + t] = the panel's part of y_rt before the multiplier.
+template <int kR, int kT, int kS>
+HWY_NOINLINE void Rows(const uint16_t* HWY_RESTRICT words, const KernelArgs& a, float* dots) {
   const D32 d32;
   const DF df;
   const std::make_index_sequence<4> slices;
-  V32 isum0[kR], isum1[kR];
-  VF acc[kR];
-  for (int r = 0; r < kR; ++r) {
-    isum0[r] = hn::Zero(d32);
-    isum1[r] = hn::Zero(d32);
-    acc[r] = hn::Zero(df);
+  V32 isum0[kR * kT], isum1[kR * kT];
+  VF acc[kR * kT];
+  HWY_UNROLL(16)
+  for (int i = 0; i < kR * kT; ++i) {
+    isum0[i] = hn::Zero(d32);
+    isum1[i] = hn::Zero(d32);
+    acc[i] = hn::Zero(df);
   }
-  GemvState st{x16, scales, stride, 0, true};
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    st.x16 = x16 + b * kBlockCols;
+  BlockState b{a.x16, 0, true};
+  for (int64_t blk = 0; blk < a.n_blocks; ++blk) {
+    b.x16 = a.x16 + blk * a.x16_block_stride;
     if constexpr (kS < 4) {
-      st.group = b * (4 / kS);
+      b.group = blk * (4 / kS);
     } else {
-      st.group = b / blocks_per_group;
-      st.flush = (b + 1) % blocks_per_group == 0 || b + 1 == n_blocks;
+      b.group = blk / a.blocks_per_group;
+      b.flush = (blk + 1) % a.blocks_per_group == 0 || blk + 1 == a.n_blocks;
     }
-    GemvBlock<kR, kS>(slices, words + b * kTileRows * kSliceCols, st, isum0, isum1, acc);
+    Block<kR, kT, kS>(slices, words + blk * kTileRows * kSliceCols, a, b, isum0, isum1, acc);
   }
   for (int r = 0; r < kR; ++r) {
-    VF total = acc[r];
-    const float* off = offsets + r * stride;
-    for (int64_t g = 0; g < stride; g += kNF) {
-      total = hn::MulAdd(hn::Load(df, off + g), hn::LoadU(df, xsum + g), total);
-    }
-    dots[r] = hn::GetLane(hn::SumOfLanes(df, total));
-  }
-}
-
-// ---- GEMM ----------------------------------------------------------------------------------
-constexpr int kGemmRows = kVecsF == 1 ? 4 : 2;
-
-// Nibble p of each u32 lane as f32: q · 2^(4p) (p < 7) or q (p == 7).
-template <int p>
-HWY_INLINE VF Unpack32(VU32 w) {
-  const DF df;
-  const DU32 du;
-  const hn::RebindToSigned<DU32> di;
-  if constexpr (p == 7) {
-    return hn::ConvertTo(df, hn::BitCast(di, hn::ShiftRight<28>(w)));
-  } else {
-    return hn::ConvertTo(df, hn::BitCast(di, hn::And(w, hn::Set(du, 0xFu << (4 * p)))));
-  }
-}
-
-struct GemmState {
-  const float* xs;      // this block's x (GEMM order) of token 0
-  int64_t x_stride;     // padded_cols: token stride
-  const float* scales;  // s_rg, [row][padded_groups]
-  int64_t stride;       // padded_groups
-  int64_t col0;         // first column of the block
-  int group_shift;      // log2(group size)
-};
-
-template <int kR, int kT, int p>
-HWY_INLINE void GemmSlice(const VU32 (&w)[kR][kVecsF], const GemmState& st,
-                          VF (&acc)[kR][kT]) {
-  const DF df;
-  const int64_t g = (st.col0 + (p % 4) * kSliceCols) >> st.group_shift;
-  HWY_UNROLL(2)
-  for (size_t v = 0; v < kVecsF; ++v) {
-    VF d[kR];
-    HWY_UNROLL(4)
-    for (int r = 0; r < kR; ++r) {
-      d[r] = hn::Mul(Unpack32<p>(w[r][v]), hn::Set(df, st.scales[r * st.stride + g]));
-    }
-    const float* xk = st.xs + p * 16 + v * kNF;
-    // One load of x per token, shared by the kR rows.
-    HWY_UNROLL(4)
+    const float* off = a.offsets + r * kParamStride;
     for (int t = 0; t < kT; ++t) {
-      const VF xv = hn::Load(df, xk + t * st.x_stride);
-      HWY_UNROLL(4)
-      for (int r = 0; r < kR; ++r) acc[r][t] = hn::MulAdd(d[r], xv, acc[r][t]);
+      VF total = acc[r * kT + t];
+      const float* xsum = a.xsum + t * a.x_stride;
+      for (int64_t g = 0; g < a.n_groups16; g += kNF) {
+        total = hn::MulAdd(hn::Load(df, off + g), hn::LoadU(df, xsum + g), total);
+      }
+      dots[r * kT + t] = hn::GetLane(hn::SumOfLanes(df, total));
     }
   }
 }
 
-template <int kR, int kT, size_t... P>
-HWY_INLINE void GemmBlock(std::index_sequence<P...>, const uint32_t* HWY_RESTRICT words,
-                          const GemmState& st, VF (&acc)[kR][kT]) {
-  const DU32 du;
-  VU32 w[kR][kVecsF];
-  HWY_UNROLL(4)
-  for (int r = 0; r < kR; ++r) {
-    HWY_UNROLL(2)
-    for (size_t v = 0; v < kVecsF; ++v) w[r][v] = hn::Load(du, words + r * 16 + v * kNF);
-  }
-  (GemmSlice<kR, kT, static_cast<int>(P)>(w, st, acc), ...);
-}
+using RowsFn = void (*)(const uint16_t*, const KernelArgs&, float*);
 
-// kR rows × kT tokens: dots[r * kGemmTokens + t] = Σ_g s_rg Σ q x (without offsets/multiplier).
+// The kernel for kR rows, kT tokens and group size `group`.
 template <int kR, int kT>
-HWY_NOINLINE void GemmRows(const uint32_t* HWY_RESTRICT words, const float* HWY_RESTRICT scales,
-                           int64_t stride, const float* HWY_RESTRICT xs, int64_t x_stride,
-                           int64_t n_blocks, int group_shift, float* dots) {
-  const DF df;
-  const std::make_index_sequence<8> slices;
-  VF acc[kR][kT];
-  for (int r = 0; r < kR; ++r) {
-    for (int t = 0; t < kT; ++t) acc[r][t] = hn::Zero(df);
-  }
-  GemmState st{xs, x_stride, scales, stride, 0, group_shift};
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    st.xs = xs + b * kBlockCols;
-    st.col0 = b * kBlockCols;
-    GemmBlock<kR, kT>(slices, words + b * kTileRows * 16, st, acc);
-  }
-  for (int r = 0; r < kR; ++r) {
-    for (int t = 0; t < kT; ++t) {
-      dots[r * kGemmTokens + t] = hn::GetLane(hn::SumOfLanes(df, acc[r][t]));
-    }
+RowsFn PickRows(int64_t group) {
+  switch (group) {
+    case 32:
+      return &Rows<kR, kT, 1>;
+    case 64:
+      return &Rows<kR, kT, 2>;
+    default:
+      return &Rows<kR, kT, 4>;
   }
 }
-
-using GemmRowsFn = void (*)(const uint32_t*, const float*, int64_t, const float*, int64_t,
-                            int64_t, int, float*);
-constexpr GemmRowsFn kGemmRowsFns[kGemmTokens + 1] = {
-    nullptr, &GemmRows<kGemmRows, 1>, &GemmRows<kGemmRows, 2>, &GemmRows<kGemmRows, 3>,
-    &GemmRows<kGemmRows, 4>};
 
 // ---- Tiles ---------------------------------------------------------------------------------
 
-// f16 parameters of one chunk (n_groups per row) to f32 [8][stride] (scales of rows 0..3, then
-// offsets), zero beyond n_groups. With `xstep` (GEMV), the scales are multiplied by e_g.
-// Reads up to 15 f16 past the last row: still inside the chunk (its nibbles follow).
-void LoadChunkParams(const uint16_t* HWY_RESTRICT src, int64_t n_groups, int64_t stride,
-                     const float* HWY_RESTRICT xstep, float* HWY_RESTRICT out) {
+// f16 parameters of one chunk (n_groups per row) to f32 [8][kParamStride] (scales of rows 0..3,
+// then offsets), zero from n_groups to n_groups16. Reads up to 15 f16 past the last row: still
+// inside the chunk (its nibbles follow).
+void LoadChunkParams(const uint16_t* HWY_RESTRICT src, int64_t n_groups, int64_t n_groups16,
+                     float* HWY_RESTRICT out) {
   const DF df;
   const hn::Rebind<hwy::float16_t, DF> dh;
   for (int64_t row = 0; row < 2 * kTileRows; ++row) {
     const auto* in = reinterpret_cast<const hwy::float16_t*>(src + row * n_groups);
-    float* dst = out + row * stride;
-    const bool scale_row = xstep != nullptr && row < kTileRows;
-    for (int64_t g = 0; g < stride; g += kNF) {
+    float* dst = out + row * kParamStride;
+    for (int64_t g = 0; g < n_groups16; g += kNF) {
       VF v = hn::Zero(df);
       if (g < n_groups) {
         v = hn::PromoteTo(df, hn::LoadU(dh, in + g));
         if (g + static_cast<int64_t>(kNF) > n_groups) {
           v = hn::IfThenElseZero(hn::FirstN(df, static_cast<size_t>(n_groups - g)), v);
         }
-        if (scale_row) v = hn::Mul(v, hn::LoadU(df, xstep + g));
       }
       hn::Store(v, df, dst + g);
     }
   }
 }
 
-// Output of row `row`, token `t`: the first panel stores, later panels add.
-HWY_INLINE void Emit(float* y, int64_t index, float value, bool first) {
-  y[index] = first ? value : y[index] + value;
+// out[t][r][g] = scales[r][g] · e_tg for the chunk's tokens (token t's steps at
+// xstep + t * x_stride); rows of kParamStride.
+void CombineScales(const float* HWY_RESTRICT scales, int64_t n_groups16, const float* xstep,
+                   int64_t x_stride, int chunk, float* HWY_RESTRICT out) {
+  const DF df;
+  for (int t = 0; t < chunk; ++t) {
+    for (int64_t r = 0; r < kTileRows; ++r) {
+      const float* s = scales + r * kParamStride;
+      float* o = out + (t * kTileRows + r) * kParamStride;
+      for (int64_t g = 0; g < n_groups16; g += kNF) {
+        hn::Store(hn::Mul(hn::Load(df, s + g), hn::LoadU(df, xstep + t * x_stride + g)), df,
+                  o + g);
+      }
+    }
+  }
 }
 
-// Tiles [tile_begin, tile_end) of one panel of y = W x, all tokens.
+// Tiles [tile_begin, tile_end) of one panel of y = W x, all tokens. The first panel stores the
+// outputs, later panels add to them.
 void PanelTiles(const Int4Matrix& w, int pi, const Prepared& p, int64_t tile_begin,
                 int64_t tile_end, float* y) {
   const Int4Matrix::Panel& pn = w.panel(pi);
   const bool first = pi == 0;
-  const int64_t rows = w.rows();
-  const int64_t group = w.group_size();
-  const int64_t pg = (pn.n_groups + 15) / 16 * 16;
-  const float mult = w.param_multiplier();
-  float* params = static_cast<float*>(Scratch(0, static_cast<size_t>(2 * kTileRows * pg) * 4));
-  const float* offsets = params + kTileRows * pg;
-  float dots[kTileRows * kGemmTokens];
   const bool gemv = p.n_tokens == 1;
+  const int64_t rows = w.rows();
+  const int64_t n_groups16 = (pn.n_groups + 15) / 16 * 16;
+  const float mult = w.param_multiplier();
+  // [8][kParamStride] parameters, then [kMaxChunkTokens][kTileRows][kParamStride] combined.
+  float* params = static_cast<float*>(
+      Scratch(0, static_cast<size_t>((2 + kMaxChunkTokens) * kTileRows * kParamStride) * 4));
+  float* combined = params + 2 * kTileRows * kParamStride;
+  const int row_step = gemv ? kGemvRows : kGemmRows;
+  const int token_step = gemv ? 1 : kMaxChunkTokens;
+  RowsFn fns[kMaxChunkTokens + 1] = {nullptr};
+  if (gemv) {
+    fns[1] = PickRows<kGemvRows, 1>(w.group_size());
+  } else {
+    fns[1] = PickRows<kGemmRows, 1>(w.group_size());
+    fns[2] = PickRows<kGemmRows, 2>(w.group_size());
+    fns[3] = PickRows<kGemmRows, 3>(w.group_size());
+    fns[4] = PickRows<kGemmRows, 4>(w.group_size());
+  }
+  KernelArgs a;
+  a.n_groups16 = n_groups16;
+  a.x16_block_stride = p.n_tokens * kBlockCols;
+  a.x_stride = p.padded_groups;
+  a.n_blocks = pn.n_blocks;
+  a.blocks_per_group = std::max<int64_t>(1, w.group_size() / kBlockCols);
+  float dots[kTileRows * kMaxChunkTokens];
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    LoadChunkParams(w.chunk_params(pi, tile), pn.n_groups, pg,
-                    gemv ? p.xstep + pn.group0 : nullptr, params);
+    LoadChunkParams(w.chunk_params(pi, tile), pn.n_groups, n_groups16, params);
     const uint16_t* nibbles = w.chunk_nibbles(pi, tile);
     const int64_t row0 = tile * kTileRows;
     const int64_t live = std::min<int64_t>(kTileRows, rows - row0);
-    if (gemv) {
-      const int16_t* x16 = p.x16 + pn.col0;
-      const float* xsum = p.xsum + pn.group0;
-      for (int64_t r0 = 0; r0 < kTileRows; r0 += kGemvRows) {
-        const uint16_t* words = nibbles + r0 * kSliceCols;
-        const float* sc = params + r0 * pg;
-        const float* off = offsets + r0 * pg;
-        switch (group) {
-          case 32:
-            GemvRows<kGemvRows, 1>(words, sc, off, pg, x16, xsum, pn.n_blocks, 1, dots + r0);
-            break;
-          case 64:
-            GemvRows<kGemvRows, 2>(words, sc, off, pg, x16, xsum, pn.n_blocks, 1, dots + r0);
-            break;
-          default:
-            GemvRows<kGemvRows, 4>(words, sc, off, pg, x16, xsum, pn.n_blocks,
-                                   group / kBlockCols, dots + r0);
-            break;
-        }
-      }
-      for (int64_t r = 0; r < live; ++r) Emit(y, row0 + r, mult * dots[r], first);
-      continue;
-    }
-    const int shift = Log2(group);
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(nibbles);
-    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kGemmTokens) {
-      const int chunk = static_cast<int>(std::min<int64_t>(kGemmTokens, p.n_tokens - t0));
-      for (int64_t r0 = 0; r0 < live; r0 += kGemmRows) {
-        kGemmRowsFns[chunk](words + r0 * 16, params + r0 * pg, pg,
-                            p.xs + t0 * p.padded_cols + pn.col0, p.padded_cols, pn.n_blocks,
-                            shift, dots);
-        for (int64_t r = r0; r < std::min<int64_t>(live, r0 + kGemmRows); ++r) {
-          const float* off = offsets + r * pg;
+    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += token_step) {
+      const int chunk = static_cast<int>(std::min<int64_t>(token_step, p.n_tokens - t0));
+      CombineScales(params, n_groups16, p.xstep + t0 * p.padded_groups + pn.group0,
+                    p.padded_groups, chunk, combined);
+      a.x16 = p.x16 + (pn.col0 / kBlockCols) * a.x16_block_stride + t0 * kBlockCols;
+      a.xsum = p.xsum + t0 * p.padded_groups + pn.group0;
+      for (int64_t r0 = 0; r0 < live; r0 += row_step) {
+        a.scales = combined + r0 * kParamStride;
+        a.offsets = params + (kTileRows + r0) * kParamStride;
+        fns[chunk](nibbles + r0 * kSliceCols, a, dots);
+        for (int64_t r = r0; r < std::min<int64_t>(live, r0 + row_step); ++r) {
           for (int t = 0; t < chunk; ++t) {
-            const float* xsum = p.xsum + (t0 + t) * p.padded_groups + pn.group0;
-            VF o = hn::Zero(DF());
-            for (int64_t g = 0; g < pg; g += kNF) {
-              o = hn::MulAdd(hn::Load(DF(), off + g), hn::LoadU(DF(), xsum + g), o);
-            }
-            const float dot = dots[(r - r0) * kGemmTokens + t] + hn::GetLane(hn::SumOfLanes(DF(), o));
-            Emit(y, (t0 + t) * rows + row0 + r, mult * dot, first);
+            float& out = y[(t0 + t) * rows + row0 + r];
+            const float value = mult * dots[(r - r0) * chunk + t];
+            out = first ? value : out + value;
           }
         }
       }
@@ -487,64 +428,39 @@ namespace estuary {
 namespace int4_kernel {
 
 HWY_EXPORT(TilesImpl);
-HWY_EXPORT(PrepareGemvImpl);
+HWY_EXPORT(PrepareTokenImpl);
 HWY_EXPORT(TargetNameImpl);
 
 namespace {
 
-// Inputs of one call in the caller's thread-local scratch (slot 1).
+// Inputs of one call in the caller's thread-local scratch (slot 1): [xsum][xstep][x16].
 Prepared Prepare(const Int4Matrix& w, const float* x, int64_t n_tokens) {
   Prepared p;
   const int64_t cols = w.cols();
-  const int64_t group = w.group_size();
   p.n_tokens = n_tokens;
   p.padded_cols = w.n_blocks() * kBlockCols;
   p.padded_groups = (w.n_groups() + 15) / 16 * 16 + 16;
-  if (n_tokens == 1) {
-    // [xsum][xstep][x16]
-    auto* base = static_cast<uint8_t*>(
-        Scratch(1, static_cast<size_t>(8 * p.padded_groups + 2 * p.padded_cols)));
-    float* xsum = reinterpret_cast<float*>(base);
-    float* xstep = xsum + p.padded_groups;
-    auto* x16 = reinterpret_cast<int16_t*>(xstep + p.padded_groups);
-    HWY_DYNAMIC_DISPATCH(PrepareGemvImpl)(x, cols, group, p.padded_cols, p.padded_groups, x16,
-                                          xstep, xsum);
-    p.xsum = xsum;
-    p.xstep = xstep;
-    p.x16 = x16;
-    return p;
-  }
-  // [xsum: n_tokens][xs: n_tokens]
-  float* xsum = static_cast<float*>(
-      Scratch(1, static_cast<size_t>(n_tokens * (p.padded_groups + p.padded_cols)) * 4));
-  float* xs = xsum + n_tokens * p.padded_groups;
-  static constexpr float kScale[8] = {1.0f,     0x1p-4f,  0x1p-8f,  0x1p-12f,
-                                      0x1p-16f, 0x1p-20f, 0x1p-24f, 1.0f};
+  auto* base = static_cast<uint8_t*>(
+      Scratch(1, static_cast<size_t>(n_tokens * (8 * p.padded_groups + 2 * p.padded_cols))));
+  float* xsum = reinterpret_cast<float*>(base);
+  float* xstep = xsum + n_tokens * p.padded_groups;
+  auto* x16 = reinterpret_cast<int16_t*>(xstep + n_tokens * p.padded_groups);
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const float* xt = x + t * cols;
-    float* st = xs + t * p.padded_cols;
-    for (int64_t b = 0; b * kBlockCols < p.padded_cols; ++b) {
-      for (int pos = 0; pos < 8; ++pos) {
-        for (int i = 0; i < 16; ++i) {
-          const int64_t c = b * kBlockCols + kSliceCols * (pos % 4) + 2 * i + pos / 4;
-          st[b * kBlockCols + pos * 16 + i] = c < cols ? xt[c] * kScale[pos] : 0.0f;
-        }
-      }
-    }
-    float* sums = xsum + t * p.padded_groups;
-    for (int64_t g = 0; g < p.padded_groups; ++g) {
-      float sum = 0.0f;
-      for (int64_t c = g * group; c < std::min(cols, (g + 1) * group); ++c) sum += xt[c];
-      sums[g] = sum;
-    }
+    HWY_DYNAMIC_DISPATCH(PrepareTokenImpl)(x + t * cols, cols, w.group_size(), p.padded_cols,
+                                           p.padded_groups, x16 + t * kBlockCols,
+                                           n_tokens * kBlockCols, xstep + t * p.padded_groups,
+                                           xsum + t * p.padded_groups);
   }
-  p.xs = xs;
+  p.x16 = x16;
+  p.xstep = xstep;
   p.xsum = xsum;
   return p;
 }
 
-// Process-wide pool: workers wait for a job and run their share of its tiles. Jobs are
-// serialized by `run_mutex_`; the caller takes part as worker 0.
+// Process-wide pool: workers wait for a job and run their share of its tiles; the caller takes
+// part as worker 0. Jobs are serialized by `run_mutex_`. Waiting spins briefly (decode issues
+// matrix products back to back, a few microseconds apart) before blocking on a condition
+// variable, so a wake-up usually costs nanoseconds rather than a scheduler round trip.
 class TilePool {
  public:
   static TilePool& Get() {
@@ -552,26 +468,43 @@ class TilePool {
     return *pool;
   }
 
-  // Runs fn(begin, end) over [0, n) split into `threads` contiguous parts.
-  void Run(int threads, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  // Runs fn(begin, end) over [0, n) split into `parts` contiguous parts (2 <= parts < 2^16).
+  void Run(int parts, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
     std::lock_guard<std::mutex> run_lock(run_mutex_);
-    Grow(threads - 1);
+    Grow(parts - 1);
+    job_ = &fn;
+    job_n_ = n;
+    pending_.store(parts - 1, std::memory_order_relaxed);
     {
+      // One word carries the job's generation and part count, so that a worker reads both
+      // consistently; the release publishes job_ and job_n_.
       std::lock_guard<std::mutex> lock(mutex_);
-      job_ = &fn;
-      job_n_ = n;
-      job_parts_ = threads;
-      pending_ = threads - 1;
-      ++generation_;
+      const uint64_t generation = (state_.load(std::memory_order_relaxed) >> 16) + 1;
+      state_.store(generation << 16 | static_cast<uint64_t>(parts), std::memory_order_release);
     }
     wake_.notify_all();
-    RunPart(0, fn, n, threads);
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return pending_ == 0; });
-    job_ = nullptr;
+    RunPart(0, fn, n, parts);
+    const auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+    if (!Spin(done)) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, done);
+    }
   }
 
  private:
+  static constexpr int kSpins = 1 << 14;  // ~0.3 ms of pause instructions
+
+  template <class Pred>
+  static bool Spin(const Pred& ready) {
+    for (int i = 0; i < kSpins; ++i) {
+      if (ready()) return true;
+#if HWY_ARCH_X86
+      __builtin_ia32_pause();
+#endif
+    }
+    return ready();
+  }
+
   static void RunPart(int part, const std::function<void(int64_t, int64_t)>& fn, int64_t n,
                       int parts) {
     const int64_t begin = n * part / parts;
@@ -579,31 +512,32 @@ class TilePool {
     if (begin < end) fn(begin, end);
   }
 
+  // Called under run_mutex_ before the next job is published: new workers start from the
+  // current state and pick up that job.
   void Grow(int workers) {
     while (static_cast<int>(workers_.size()) < workers) {
       const int part = static_cast<int>(workers_.size()) + 1;
-      workers_.emplace_back([this, part] { WorkerLoop(part); });
+      const uint64_t seen = state_.load(std::memory_order_acquire);
+      workers_.emplace_back([this, part, seen] { WorkerLoop(part, seen); });
     }
   }
 
-  void WorkerLoop(int part) {
-    uint64_t seen = 0;
+  void WorkerLoop(int part, uint64_t seen) {
     for (;;) {
-      const std::function<void(int64_t, int64_t)>* job;
-      int64_t n;
-      int parts;
-      {
+      const auto moved = [&] { return state_.load(std::memory_order_acquire) != seen; };
+      if (!Spin(moved)) {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return generation_ != seen; });
-        seen = generation_;
-        if (part >= job_parts_) continue;  // not needed for this job
-        job = job_;
-        n = job_n_;
-        parts = job_parts_;
+        wake_.wait(lock, moved);
       }
-      RunPart(part, *job, n, parts);
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
+      seen = state_.load(std::memory_order_acquire);
+      const int parts = static_cast<int>(seen & 0xFFFF);
+      if (part >= parts) continue;  // not needed for this job
+      // The job stays valid until every needed worker has decremented pending_.
+      RunPart(part, *job_, job_n_, parts);
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        done_.notify_one();
+      }
     }
   }
 
@@ -612,11 +546,11 @@ class TilePool {
   std::condition_variable wake_;
   std::condition_variable done_;
   std::vector<std::thread> workers_;
+  // The current job: written by Run() before state_ moves, read by the needed workers after.
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
-  int job_parts_ = 0;
-  int pending_ = 0;
-  uint64_t generation_ = 0;
+  std::atomic<uint64_t> state_{0};  // generation << 16 | parts
+  std::atomic<int> pending_{0};
 };
 
 }  // namespace
@@ -630,7 +564,7 @@ void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y,
   if (w.empty() || n_tokens <= 0) return;
   const int4_kernel::Prepared p = int4_kernel::Prepare(w, x, n_tokens);
   const int64_t tiles = w.n_tiles();
-  const int parts = static_cast<int>(std::clamp<int64_t>(threads, 1, tiles));
+  const int parts = static_cast<int>(std::clamp<int64_t>(threads, 1, std::min<int64_t>(tiles, 256)));
   if (parts == 1) {
     HWY_DYNAMIC_DISPATCH(int4_kernel::TilesImpl)(w, p, 0, tiles, y);
     return;

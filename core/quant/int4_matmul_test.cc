@@ -1,11 +1,13 @@
 #include "core/quant/int4_matmul.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -23,8 +25,8 @@ using quant_test::RandomWeights;
 // Relative tolerance against Σ_i |x_i · ŵ_i| for f32 accumulation over up to 8192 terms.
 constexpr double kTolerance = 2e-5;
 
-// The GEMV (one token) rounds x to int16 per group: x_i = x16_i · e_g + δ_i with |δ_i| <= e_g / 2,
-// e_g = max_{i∈g} |x_i| / 32767. Its extra error is at most Σ_g |s_g| e_g / 2 · Σ_{i∈g} q_i.
+// The kernel rounds x to int16 per (token, group): x_i = x16_i · e_g + δ_i with |δ_i| <= e_g / 2,
+// e_g = max_{i∈g} |x_i| / 32767. The extra error is at most Σ_g |s_g| e_g / 2 · Σ_{i∈g} q_i.
 double Int16Bound(const Int4Matrix& w, const float* x, int64_t row) {
   double bound = 0;
   for (int64_t g = 0; g < w.n_groups(); ++g) {
@@ -78,10 +80,18 @@ void CheckAgainstReference(const Int4Matrix& w, int64_t n_tokens, uint32_t seed,
   Int4MatMul(w, x.data(), n_tokens, y.data());
   for (size_t i = 0; i < y.size(); ++i) {
     const int64_t row = static_cast<int64_t>(i % static_cast<size_t>(w.rows()));
-    const double int16 = n_tokens == 1 ? Int16Bound(w, x.data(), row) : 0.0;
+    const int64_t token = static_cast<int64_t>(i / static_cast<size_t>(w.rows()));
+    const double int16 = Int16Bound(w, x.data() + token * w.cols(), row);
     ASSERT_NEAR(y[i], ref[i], kTolerance * mag[i] + 1.0001 * int16 + 1e-30)
         << label << " token " << i / static_cast<size_t>(w.rows()) << " row "
         << i % static_cast<size_t>(w.rows());
+  }
+  // Each token alone (the GEMV) gives the same bits as in the batch.
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    std::vector<float> one(static_cast<size_t>(w.rows()), NAN);
+    Int4MatMul(w, x.data() + t * w.cols(), 1, one.data());
+    ASSERT_EQ(std::memcmp(one.data(), y.data() + t * w.rows(), one.size() * sizeof(float)), 0)
+        << label << " token " << t << " alone";
   }
   // The threaded variant gives the same bits.
   for (int threads : {2, 3}) {
@@ -163,6 +173,44 @@ TEST(Int4MatMulGroupTest, EverySupportedTarget) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
+}
+
+// Many short calls with changing thread counts: the pool must neither lose a wake-up nor run a
+// part twice.
+TEST(Int4MatMulGroupTest, ThreadPoolStress) {
+  auto w = Int4Matrix::Quantize(RandomWeights(64, 256, 21), Int4QuantOptions());
+  ASSERT_TRUE(w.ok());
+  const std::vector<float> x = RandomActivations(2 * 256, 5);
+  std::vector<float> expected(2 * 64);
+  Int4MatMul(*w, x.data(), 2, expected.data());
+  std::mt19937 rng(3);
+  for (int i = 0; i < 3000; ++i) {
+    const int threads = 1 + static_cast<int>(rng() % 4);
+    std::vector<float> y(expected.size(), NAN);
+    Int4MatMul(*w, x.data(), 2, y.data(), threads);
+    ASSERT_EQ(std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)), 0)
+        << "call " << i << " threads " << threads;
+    if (i % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // workers block
+  }
+}
+
+TEST(Int4MatMulGroupTest, NonFiniteActivationsPropagate) {
+  auto w = Int4Matrix::Quantize(RandomWeights(8, 300, 4), Int4QuantOptions());
+  ASSERT_TRUE(w.ok());
+  for (float bad : {NAN, INFINITY}) {
+    for (int64_t n : {1, 3}) {
+      std::vector<float> x = RandomActivations(n * 300, 6);
+      x[static_cast<size_t>((n - 1) * 300 + 150)] = bad;  // the last token
+      std::vector<float> y(static_cast<size_t>(n * 8));
+      Int4MatMul(*w, x.data(), n, y.data());
+      for (int64_t o = 0; o < 8; ++o) {
+        EXPECT_FALSE(std::isfinite(y[static_cast<size_t>((n - 1) * 8 + o)])) << bad << " n " << n;
+        if (n > 1) {
+          EXPECT_TRUE(std::isfinite(y[static_cast<size_t>(o)]));
+        }
+      }
+    }
+  }
 }
 
 TEST(Int4MatMulGroupTest, TargetName) {

@@ -19,7 +19,7 @@
 //              columns, 64 bytes each (the last block zero-padded). In block b, u16 word j
 //              (0..31) holds column 128 b + 32 k + j of the panel in bits [4k, 4k+4), k = 0..3.
 //              A "slice" is the 32 columns of one k: one vector of 32 u16 lanes on AVX-512 (two
-//              on AVX2), which the GEMV unpacks with one or two integer ops.
+//              on AVX2), which the kernel unpacks with one or two integer ops.
 //   Groups never straddle panels (group_size divides kPanelCols).
 //   A stored f16 value v means v * param_multiplier(), a power of two chosen per matrix so that
 //   the largest |s| or |m| is about 2^12 (no f16 overflow, and the full 11-bit precision for
@@ -49,7 +49,8 @@ namespace estuary {
 // of 128-column blocks) and refine_iterations in [0, 1000].
 struct Int4QuantOptions {
   int group_size = 64;
-  // false: round to nearest from the group's min/max (RTN). true: start from RTN, then refine
+  // false: round to nearest from the group's min/max (RTN; the f16 offset is rounded down and
+  // the scale up, so every weight stays within s/2 of its code). true: start from RTN, refine
   // (s, m) per group with HQQ-style half-quadratic iterations (lp shrinkage, p = 0.7) followed by
   // a small least-squares search; per group, whichever of RTN and refined has the lower squared
   // error (with the stored f16 values) is kept, so refinement never makes a group worse.

@@ -16,6 +16,17 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+double CosineSimilarity(const float* a, const float* b, int64_t n) {
+  double dot = 0.0, norm_a = 0.0, norm_b = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    dot += static_cast<double>(a[i]) * b[i];
+    norm_a += static_cast<double>(a[i]) * a[i];
+    norm_b += static_cast<double>(b[i]) * b[i];
+  }
+  if (norm_a == 0.0 || norm_b == 0.0) return 0.0;
+  return dot / std::sqrt(norm_a * norm_b);
+}
+
 void Softmax(float* x, int64_t n) {
   if (n <= 0) return;
   const float max_value = *std::max_element(x, x + n);

@@ -8,13 +8,9 @@
 #include "core/kernels/cpu/kernels.h"
 
 namespace estuary::kernels::cpu {
-namespace {
-
-// Dot product with eight independent partial sums, so the compiler can vectorize it and the
-// additions do not form one long dependency chain.
-float Dot(const float* a, const float* b, int n) {
+float Dot(const float* a, const float* b, int64_t n) {
   float partial[8] = {};
-  int i = 0;
+  int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     for (int j = 0; j < 8; ++j) partial[j] += a[i + j] * b[i + j];
   }
@@ -23,8 +19,6 @@ float Dot(const float* a, const float* b, int n) {
   for (float p : partial) sum += p;
   return sum;
 }
-
-}  // namespace
 
 void CausalAttention(const float* q, int n_queries, int start_pos, const float* k, const float* v,
                      int n_heads, int n_kv_heads, int head_dim, float* out) {

@@ -66,6 +66,14 @@ void ApplyRope(float* x, int n_heads, int head_dim, int pos, absl::Span<const fl
 // out[i] = silu(gate[i]) * up[i]. `out` may be `gate` or `up` (in place).
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 
+// Dot product with eight independent partial sums (vectorizes; the additions do not form one
+// dependency chain). The attention kernels' score, so paged and contiguous attention agree.
+float Dot(const float* a, const float* b, int64_t n);
+
+// cos(a, b) accumulated in double; 0 when either vector is zero. The exit river's state
+// transition similarity and its KV fidelity measure.
+double CosineSimilarity(const float* a, const float* b, int64_t n);
+
 // Numerically stable softmax in place.
 void Softmax(float* x, int64_t n);
 
