@@ -20,14 +20,14 @@ ProgressCallback MakeProgressReporter() {
   return [state](const LoadProgress& p) {
     if (p.bytes_total <= 0) return;
     const double fraction = static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total);
+    // Weights are memory-mapped: "done" means mapped and checked, not read, so no rate is shown.
     const double seconds = absl::ToDoubleSeconds(absl::Now() - state->start);
-    const double gbps = seconds > 0 ? static_cast<double>(p.bytes_done) / seconds / 1e9 : 0.0;
     if (state->tty) {
       constexpr int kWidth = 30;
       const int filled = static_cast<int>(fraction * kWidth);
-      std::fprintf(stderr, "\rLoading %-12.12s [%.*s%*s] %3d%% %.2f GB/s", p.stage.c_str(),
-                   filled, "==============================", kWidth - filled, "",
-                   static_cast<int>(fraction * 100), gbps);
+      std::fprintf(stderr, "\rLoading %-12.12s [%.*s%*s] %3d%% %.1f s", p.stage.c_str(), filled,
+                   "==============================", kWidth - filled, "",
+                   static_cast<int>(fraction * 100), seconds);
       if (p.bytes_done >= p.bytes_total) std::fprintf(stderr, "\n");
       return;
     }
@@ -35,8 +35,8 @@ ProgressCallback MakeProgressReporter() {
     if (decile != state->last_decile) {
       state->last_decile = decile;
       ESTUARY_LOG(INFO) << "loading " << p.stage << ": " << decile * 10 << "% ("
-                        << p.bytes_done << " of " << p.bytes_total << " bytes, " << gbps
-                        << " GB/s)";
+                        << p.bytes_done << " of " << p.bytes_total << " bytes, " << seconds
+                        << " s)";
     }
   };
 }
