@@ -23,29 +23,17 @@
 //   --pool_mib=N  size of the weight / streaming buffer in MiB (default 1024, at least 600 so the
 //                 LM head fits)
 
-#include <sys/mman.h>
-
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <iostream>
-#include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "bench/bench_report.h"
 #include "core/kernels/cpu/kernels.h"
-#include "core/kernels/cpu/stream_read.h"
-#include "core/tensor/half_float.h"
-#include "hwy/aligned_allocator.h"
 
 namespace estuary::bench {
 namespace {
-
-constexpr double kGB = 1e9;
 
 // Weight shapes of one Llama-3.2-1B decode step (rows x cols of W, y = W x).
 struct GemvShape {
@@ -64,119 +52,27 @@ constexpr GemvShape kShapes[] = {
 constexpr int64_t kBatchTokens[] = {4, 16};
 constexpr int kBatchShapes = 4;  // the first four of kShapes
 
-// The one large buffer: streamed by stream_read and carved into weight matrices by the GEMVs.
-// Owned by main() for the whole run.
-struct Pool {
-  hwy::AlignedFreeUniquePtr<uint16_t[]> data;
-  size_t bytes = 0;
-};
+// The weight / streaming buffer (bench_report.h), owned by main() for the whole run.
 Pool* g_pool = nullptr;
 
-void FillPool(Pool& pool) {
-  // bf16 values of magnitude [0.5, 1) with random signs: no denormals, no NaN.
-  uint64_t state = 0x9E3779B97F4A7C15ull;
-  const size_t n = pool.bytes / sizeof(uint16_t);
-  uint16_t* p = pool.data.get();
-  for (size_t i = 0; i < n; ++i) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    // sign | exponent of 0.5 (126) | 7 random mantissa bits
-    p[i] = static_cast<uint16_t>(((state >> 8) & 0x8000u) | (126u << 7) | (state & 0x7Fu));
-  }
-}
-
-void BM_StreamRead(benchmark::State& state) {
-  const auto* data = reinterpret_cast<const uint8_t*>(g_pool->data.get());
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(kernels::cpu::StreamSum(data, g_pool->bytes));
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
-                          static_cast<int64_t>(g_pool->bytes));
-}
-
 void BM_GemvBf16(benchmark::State& state, GemvShape shape) {
-  const size_t matrix_elems = static_cast<size_t>(shape.rows * shape.cols);
-  const size_t n_matrices = std::max<size_t>(1, g_pool->bytes / (matrix_elems * 2));
-  std::vector<float> x(static_cast<size_t>(shape.cols));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+  const std::vector<float> x = Activations(shape.cols);
   std::vector<float> y(static_cast<size_t>(shape.rows));
-  size_t next = 0;
-  for (auto _ : state) {
-    const uint16_t* w = g_pool->data.get() + next * matrix_elems;
+  CycleBf16Matrices(state, *g_pool, shape.rows, shape.cols, [&](const uint16_t* w) {
     kernels::cpu::GemvBf16(w, x.data(), shape.rows, shape.cols, y.data());
     benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-    next = next + 1 == n_matrices ? 0 : next + 1;
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
-                          static_cast<int64_t>(matrix_elems * 2));
-  state.counters["matrices"] = static_cast<double>(n_matrices);
+  });
 }
 
 // Weight GB/s of GemvBatchBf16 for `n_tokens` tokens: bytes per call are those of W, as above.
 void BM_GemvBatchBf16(benchmark::State& state, GemvShape shape, int64_t n_tokens) {
-  const size_t matrix_elems = static_cast<size_t>(shape.rows * shape.cols);
-  const size_t n_matrices = std::max<size_t>(1, g_pool->bytes / (matrix_elems * 2));
-  std::vector<float> x(static_cast<size_t>(n_tokens * shape.cols));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+  const std::vector<float> x = Activations(n_tokens * shape.cols);
   std::vector<float> y(static_cast<size_t>(n_tokens * shape.rows));
-  size_t next = 0;
-  for (auto _ : state) {
-    const uint16_t* w = g_pool->data.get() + next * matrix_elems;
+  CycleBf16Matrices(state, *g_pool, shape.rows, shape.cols, [&](const uint16_t* w) {
     kernels::cpu::GemvBatchBf16(w, x.data(), n_tokens, shape.rows, shape.cols, y.data());
     benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-    next = next + 1 == n_matrices ? 0 : next + 1;
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
-                          static_cast<int64_t>(matrix_elems * 2));
-  state.counters["matrices"] = static_cast<double>(n_matrices);
+  });
 }
-
-// Forwards to the display reporter and keeps every iteration run's bytes_per_second.
-class CapturingReporter : public benchmark::BenchmarkReporter {
- public:
-  explicit CapturingReporter(std::unique_ptr<benchmark::BenchmarkReporter> inner)
-      : inner_(std::move(inner)) {}
-
-  bool ReportContext(const Context& context) override { return inner_->ReportContext(context); }
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& run : runs) {
-      if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
-      const auto it = run.counters.find("bytes_per_second");
-      if (it != run.counters.end()) rates_[run.run_name.function_name].push_back(it->second.value);
-    }
-    inner_->ReportRuns(runs);
-  }
-  void Finalize() override { inner_->Finalize(); }
-
-  // Smallest and largest bytes/s over the repetitions of `name` (0 when it did not run).
-  double MinRate(const std::string& name) const {
-    const auto it = rates_.find(name);
-    return it == rates_.end() ? 0.0 : *std::min_element(it->second.begin(), it->second.end());
-  }
-  double MaxRate(const std::string& name) const {
-    const auto it = rates_.find(name);
-    return it == rates_.end() ? 0.0 : *std::max_element(it->second.begin(), it->second.end());
-  }
-  // Median bytes/s over the repetitions of `name`, or 0 when it did not run.
-  double MedianRate(const std::string& name) const {
-    const auto it = rates_.find(name);
-    if (it == rates_.end() || it->second.empty()) return 0.0;
-    std::vector<double> v = it->second;
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  }
-  size_t Repetitions(const std::string& name) const {
-    const auto it = rates_.find(name);
-    return it == rates_.end() ? 0 : it->second.size();
-  }
-
- private:
-  std::unique_ptr<benchmark::BenchmarkReporter> inner_;
-  std::map<std::string, std::vector<double>> rates_;
-};
 
 std::string GemvName(const GemvShape& shape) {
   return std::string("gemv_bf16/") + shape.name + "/" + std::to_string(shape.rows) + "x" +
@@ -270,60 +166,20 @@ int main(int argc, char** argv) {
   // Our flags first; the rest go to Google Benchmark.
   bool json = false;
   size_t pool_mib = 1024;
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0) {
-      json = true;
-    } else if (std::strncmp(argv[i], "--pool_mib=", 11) == 0) {
-      pool_mib = static_cast<size_t>(std::strtoull(argv[i] + 11, nullptr, 10));
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
+  std::vector<char*> args = ParseArgs(argc, argv, json, {{"--pool_mib=", &pool_mib}});
   if (pool_mib < 600) {
     std::fprintf(stderr, "--pool_mib must be at least 600 (the LM head is 501 MiB)\n");
     return 1;
   }
-  // Defaults, unless given: five repetitions in random order, so that a burst of load from
-  // other processes on a shared machine does not bias one benchmark against the others.
-  std::string repetitions = "--benchmark_repetitions=5";
-  std::string interleave = "--benchmark_enable_random_interleaving=true";
-  const auto has_flag = [&](const char* prefix) {
-    return std::any_of(args.begin(), args.end(), [&](const char* arg) {
-      return std::strncmp(arg, prefix, std::strlen(prefix)) == 0;
-    });
-  };
-  if (!has_flag("--benchmark_repetitions")) args.push_back(repetitions.data());
-  if (!has_flag("--benchmark_enable_random_interleaving")) args.push_back(interleave.data());
-  int bench_argc = static_cast<int>(args.size());
-  benchmark::Initialize(&bench_argc, args.data());
-  if (benchmark::ReportUnrecognizedArguments(bench_argc, args.data())) return 1;
+  if (!InitBenchmark(args)) return 1;
 
   Pool pool;
-  pool.bytes = pool_mib << 20;
-  pool.data = hwy::AllocateAligned<uint16_t>(pool.bytes / sizeof(uint16_t));
-  if (!pool.data) {
-    std::fprintf(stderr, "cannot allocate %zu MiB\n", pool_mib);
-    return 1;
-  }
-  // Huge pages where the kernel allows it (fewer TLB misses, for every benchmark alike). madvise
-  // wants page-aligned ranges; the allocation is only cache-line aligned.
-  {
-    constexpr uintptr_t kPage = 4096;
-    const auto begin = (reinterpret_cast<uintptr_t>(pool.data.get()) + kPage - 1) & ~(kPage - 1);
-    const auto end = (reinterpret_cast<uintptr_t>(pool.data.get()) + pool.bytes) & ~(kPage - 1);
-    if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE) != 0) {
-      std::fprintf(stderr, "note: madvise(MADV_HUGEPAGE) failed; using small pages\n");
-    }
-  }
-  FillPool(pool);
+  if (!InitPool(pool_mib, /*note_small_pages=*/true, pool)) return 1;
   g_pool = &pool;
 
   // Rates are per CPU second (Google Benchmark's default), not per wall second: on a shared
   // machine, time this thread spends descheduled says nothing about the kernel.
-  benchmark::RegisterBenchmark("stream_read", BM_StreamRead)
-      ->Unit(benchmark::kMillisecond)
-      ->MinTime(0.3);
+  RegisterStreamRead(&pool);
   for (const GemvShape& shape : kShapes) {
     benchmark::RegisterBenchmark(GemvName(shape).c_str(), BM_GemvBf16, shape)
         ->Unit(benchmark::kMicrosecond)
@@ -338,10 +194,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  auto console =
-      std::make_unique<benchmark::ConsoleReporter>(benchmark::ConsoleReporter::OO_Tabular);
-  if (json) console->SetOutputStream(&std::cerr);
-  CapturingReporter reporter(std::move(console));
+  CapturingReporter reporter(json);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   PrintSummary(reporter, json);
   benchmark::Shutdown();

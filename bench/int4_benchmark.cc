@@ -19,36 +19,26 @@
 //   --pool_mib=N  streaming / bf16 buffer in MiB (default 1024)
 //   --int4_mib=N  int4 copies per shape in MiB (default 256)
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <iostream>
 #include <iterator>
-#include <map>
-#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "bench/bench_report.h"
 #include "core/kernels/cpu/kernels.h"
-#include "core/kernels/cpu/stream_read.h"
 #include "core/quant/int4_matmul.h"
 #include "core/quant/int4_matrix.h"
 #include "core/tensor/half_float.h"
 #include "core/tensor/tensor.h"
-#include "hwy/aligned_allocator.h"
 
 namespace estuary::bench {
 namespace {
-
-constexpr double kGB = 1e9;
 
 struct Shape {
   const char* name;
@@ -63,69 +53,21 @@ constexpr Shape kShapes[] = {
 };
 constexpr int64_t kTokenCounts[] = {1, 4, 16};
 
-// The streaming / bf16 buffer (owned by main()).
-struct Pool {
-  hwy::AlignedFreeUniquePtr<uint16_t[]> data;
-  size_t bytes = 0;
-};
+// The streaming / bf16 buffer (bench_report.h), owned by main().
 Pool* g_pool = nullptr;
 // Int4 copies per shape (index into kShapes), owned by main().
 std::vector<std::vector<Int4Matrix>>* g_int4 = nullptr;
 
-void AdviseHuge(void* p, size_t bytes) {
-  constexpr uintptr_t kPage = 4096;
-  const auto begin = (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
-  const auto end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kPage - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-}
-
-void FillPool(Pool& pool) {
-  // bf16 values of magnitude [0.5, 1) with random signs: no denormals, no NaN.
-  uint64_t state = 0x9E3779B97F4A7C15ull;
-  const size_t n = pool.bytes / sizeof(uint16_t);
-  uint16_t* p = pool.data.get();
-  for (size_t i = 0; i < n; ++i) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    p[i] = static_cast<uint16_t>(((state >> 8) & 0x8000u) | (126u << 7) | (state & 0x7Fu));
-  }
-}
-
-std::vector<float> Activations(int64_t n) {
-  std::vector<float> x(static_cast<size_t>(n));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
-  return x;
-}
-
-void BM_StreamRead(benchmark::State& state) {
-  const auto* data = reinterpret_cast<const uint8_t*>(g_pool->data.get());
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(kernels::cpu::StreamSum(data, g_pool->bytes));
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
-                          static_cast<int64_t>(g_pool->bytes));
-}
-
 void BM_Bf16(benchmark::State& state, Shape shape, int64_t n_tokens) {
-  const size_t matrix_elems = static_cast<size_t>(shape.rows * shape.cols);
-  const size_t n_matrices = std::max<size_t>(1, g_pool->bytes / (matrix_elems * 2));
   const std::vector<float> x = Activations(n_tokens * shape.cols);
   std::vector<float> y(static_cast<size_t>(n_tokens * shape.rows));
-  size_t next = 0;
-  for (auto _ : state) {
-    const uint16_t* w = g_pool->data.get() + next * matrix_elems;
+  CycleBf16Matrices(state, *g_pool, shape.rows, shape.cols, [&](const uint16_t* w) {
     for (int64_t t = 0; t < n_tokens; ++t) {
       kernels::cpu::GemvBf16(w, x.data() + t * shape.cols, shape.rows, shape.cols,
                              y.data() + t * shape.rows);
     }
     benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-    next = next + 1 == n_matrices ? 0 : next + 1;
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
-                          static_cast<int64_t>(matrix_elems * 2));
-  state.counters["matrices"] = static_cast<double>(n_matrices);
+  });
 }
 
 void BM_Int4(benchmark::State& state, size_t shape_index, int64_t n_tokens, int threads) {
@@ -144,45 +86,6 @@ void BM_Int4(benchmark::State& state, size_t shape_index, int64_t n_tokens, int 
   state.counters["matrices"] = static_cast<double>(set.size());
 }
 
-// Forwards to the display reporter and keeps, per benchmark, every repetition's bytes/s and
-// seconds per iteration (CPU or real time, as the benchmark was registered).
-class CapturingReporter : public benchmark::BenchmarkReporter {
- public:
-  explicit CapturingReporter(std::unique_ptr<benchmark::BenchmarkReporter> inner)
-      : inner_(std::move(inner)) {}
-
-  bool ReportContext(const Context& context) override { return inner_->ReportContext(context); }
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& run : runs) {
-      if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
-      const auto it = run.counters.find("bytes_per_second");
-      if (it != run.counters.end()) rates_[run.run_name.function_name].push_back(it->second.value);
-    }
-    inner_->ReportRuns(runs);
-  }
-  void Finalize() override { inner_->Finalize(); }
-
-  double Median(const std::string& name) const {
-    const auto it = rates_.find(name);
-    if (it == rates_.end() || it->second.empty()) return 0.0;
-    std::vector<double> v = it->second;
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  }
-  double Max(const std::string& name) const {
-    const auto it = rates_.find(name);
-    return it == rates_.end() ? 0.0 : *std::max_element(it->second.begin(), it->second.end());
-  }
-  size_t Repetitions(const std::string& name) const {
-    const auto it = rates_.find(name);
-    return it == rates_.end() ? 0 : it->second.size();
-  }
-
- private:
-  std::unique_ptr<benchmark::BenchmarkReporter> inner_;
-  std::map<std::string, std::vector<double>> rates_;
-};
-
 std::string ShapeName(const Shape& s) {
   return std::string(s.name) + "/" + std::to_string(s.rows) + "x" + std::to_string(s.cols);
 }
@@ -197,17 +100,17 @@ std::string Int4ThreadsName(const Shape& s, int64_t n) {
 }
 
 void PrintSummary(const CapturingReporter& r, bool json, double quantize_seconds) {
-  const double stream = r.Median("stream_read");
+  const double stream = r.MedianRate("stream_read");
   const std::string target = Int4MatMulTargetName();
   if (json) {
     std::printf("{\"target\": \"%s\", \"stream_read_gbps\": %.3f, \"stream_read_best_gbps\": "
                 "%.3f, \"rows\": [",
-                target.c_str(), stream / kGB, r.Max("stream_read") / kGB);
+                target.c_str(), stream / kGB, r.MaxRate("stream_read") / kGB);
   } else {
     std::printf("\nInt4MatMul (target %s), single thread unless noted, median of %zu "
                 "repetition(s); stream_read %.2f GB/s (best %.2f)\n",
                 target.c_str(), r.Repetitions("stream_read"), stream / kGB,
-                r.Max("stream_read") / kGB);
+                r.MaxRate("stream_read") / kGB);
     std::printf("%-24s %3s %10s %9s %10s %10s %11s %12s\n", "shape", "n", "int4 GB/s", "of stream",
                 "int4 us", "bf16 us", "bf16/int4", "int4 t2 GB/s");
   }
@@ -217,9 +120,9 @@ void PrintSummary(const CapturingReporter& r, bool json, double quantize_seconds
     const double int4_bytes = static_cast<double>((*g_int4)[i][0].bytes());
     const double bf16_bytes = static_cast<double>(s.rows * s.cols * 2);
     for (int64_t n : kTokenCounts) {
-      const double int4 = r.Median(Int4Name(s, n));
-      const double bf16 = r.Median(Bf16Name(s, n));
-      const double t2 = r.Median(Int4ThreadsName(s, n));
+      const double int4 = r.MedianRate(Int4Name(s, n));
+      const double bf16 = r.MedianRate(Bf16Name(s, n));
+      const double t2 = r.MedianRate(Int4ThreadsName(s, n));
       if (int4 == 0.0) continue;
       const double int4_us = int4_bytes / int4 * 1e6;
       const double bf16_us = bf16 > 0 ? bf16_bytes / bf16 * 1e6 : 0.0;
@@ -354,44 +257,16 @@ int main(int argc, char** argv) {
   bool json = false;
   size_t pool_mib = 1024;
   size_t int4_mib = 256;
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0) {
-      json = true;
-    } else if (std::strncmp(argv[i], "--pool_mib=", 11) == 0) {
-      pool_mib = static_cast<size_t>(std::strtoull(argv[i] + 11, nullptr, 10));
-    } else if (std::strncmp(argv[i], "--int4_mib=", 11) == 0) {
-      int4_mib = static_cast<size_t>(std::strtoull(argv[i] + 11, nullptr, 10));
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
+  std::vector<char*> args =
+      ParseArgs(argc, argv, json, {{"--pool_mib=", &pool_mib}, {"--int4_mib=", &int4_mib}});
   if (pool_mib < 64 || int4_mib < 16) {
     std::fprintf(stderr, "--pool_mib must be >= 64 and --int4_mib >= 16\n");
     return 1;
   }
-  std::string repetitions = "--benchmark_repetitions=5";
-  std::string interleave = "--benchmark_enable_random_interleaving=true";
-  const auto has_flag = [&](const char* prefix) {
-    return std::any_of(args.begin(), args.end(), [&](const char* arg) {
-      return std::strncmp(arg, prefix, std::strlen(prefix)) == 0;
-    });
-  };
-  if (!has_flag("--benchmark_repetitions")) args.push_back(repetitions.data());
-  if (!has_flag("--benchmark_enable_random_interleaving")) args.push_back(interleave.data());
-  int bench_argc = static_cast<int>(args.size());
-  benchmark::Initialize(&bench_argc, args.data());
-  if (benchmark::ReportUnrecognizedArguments(bench_argc, args.data())) return 1;
+  if (!InitBenchmark(args)) return 1;
 
   Pool pool;
-  pool.bytes = pool_mib << 20;
-  pool.data = hwy::AllocateAligned<uint16_t>(pool.bytes / sizeof(uint16_t));
-  if (!pool.data) {
-    std::fprintf(stderr, "cannot allocate %zu MiB\n", pool_mib);
-    return 1;
-  }
-  AdviseHuge(pool.data.get(), pool.bytes);
-  FillPool(pool);
+  if (!InitPool(pool_mib, /*note_small_pages=*/false, pool)) return 1;
   g_pool = &pool;
 
   // Int4 sets: int4_mib per shape, at least 4 matrices (total far beyond the L3).
@@ -415,9 +290,7 @@ int main(int argc, char** argv) {
 
   // Rates per CPU second for single-threaded rows (robust to being descheduled on a shared
   // machine); the threaded rows use wall time.
-  benchmark::RegisterBenchmark("stream_read", BM_StreamRead)
-      ->Unit(benchmark::kMillisecond)
-      ->MinTime(0.3);
+  RegisterStreamRead(&pool);
   for (size_t i = 0; i < std::size(kShapes); ++i) {
     const Shape& s = kShapes[i];
     for (int64_t n : kTokenCounts) {
@@ -434,10 +307,7 @@ int main(int argc, char** argv) {
         ->UseRealTime();
   }
 
-  auto console =
-      std::make_unique<benchmark::ConsoleReporter>(benchmark::ConsoleReporter::OO_Tabular);
-  if (json) console->SetOutputStream(&std::cerr);
-  CapturingReporter reporter(std::move(console));
+  CapturingReporter reporter(json);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   PrintSummary(reporter, json, quantize_seconds);
   PrintQuantizeTiming(timing, json);

@@ -40,28 +40,22 @@
 #include <limits>
 
 #include "core/quant/quantize_internal.h"
-#include "hwy/aligned_allocator.h"
 #endif
+
+#include "core/kernels/cpu/simd_helpers-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace estuary::quant_internal {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+namespace simd = estuary::simd::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 using MF = hn::Mask<DF>;
 
-// Per-thread scratch for one transposed batch.
-float* BatchScratch(size_t n) {
-  thread_local hwy::AlignedFreeUniquePtr<float[]> buffer;
-  thread_local size_t capacity = 0;
-  if (n > capacity) {
-    buffer = hwy::AllocateAligned<float>(n);
-    capacity = n;
-  }
-  return buffer.get();
-}
+// Tag of the per-thread scratch for one transposed batch (simd::ScratchFloats).
+struct HqqBatchScratch {};
 
 // a^e for a > 0 from the bit pattern: bits(a) - bits(1) ≈ 2^23 log2(a).
 HWY_INLINE VF FastPow(VF a, float e) {
@@ -193,7 +187,7 @@ void RefineGroupsImpl(const float* const* groups, int64_t count, int n,
   const DF df;
   const size_t lanes = hn::Lanes(df);
   const size_t len = static_cast<size_t>(n);
-  float* wt = BatchScratch(len * lanes + 2 * lanes);
+  float* wt = simd::ScratchFloats<HqqBatchScratch>(len * lanes + 2 * lanes);
   float* s_io = wt + len * lanes;
   float* m_io = s_io + lanes;
   for (int64_t first = 0; first < count; first += static_cast<int64_t>(lanes)) {

@@ -23,13 +23,15 @@
 
 #include "core/kernels/cpu/kernels.h"
 #include "core/tensor/half_float.h"
-#include "hwy/aligned_allocator.h"
 #endif
+
+#include "core/kernels/cpu/simd_helpers-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace estuary::kernels::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+namespace simd = estuary::simd::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
@@ -44,16 +46,8 @@ constexpr size_t kLinearMaxCols = 4096;
 constexpr int kBf16Rows = HWY_MAX_BYTES >= 64 ? 8 : 4;  // two accumulators per row
 constexpr int kRows = 4;                                // f32 / f16
 
-// Per-thread scratch for the reordered x; grows to the largest `cols` seen.
-float* ScratchFloats(size_t n) {
-  thread_local hwy::AlignedFreeUniquePtr<float[]> buffer;
-  thread_local size_t capacity = 0;
-  if (n > capacity) {
-    buffer = hwy::AllocateAligned<float>(n);
-    capacity = n;
-  }
-  return buffer.get();
-}
+// Tag of the per-thread scratch for the reordered x (simd::ScratchFloats).
+struct GemvXeScratch {};
 
 // Scalar part of a bf16 row: sum over [begin, end).
 HWY_INLINE float Bf16Tail(const uint16_t* HWY_RESTRICT row, const float* HWY_RESTRICT x,
@@ -76,24 +70,23 @@ void GemvBf16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x, i
 HWY_INLINE float Bf16RowDot(const uint16_t* HWY_RESTRICT row, const float* HWY_RESTRICT xe,
                             size_t main) {
   const DF df;
-  const hn::RebindToUnsigned<DF> du32;
-  const hn::Repartition<uint16_t, DF> du16;
   const size_t n = hn::Lanes(df);
-  const auto hi_mask = hn::Set(du32, 0xFFFF0000u);
   VF a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
   size_t i = 0;
   for (; i + 4 * n <= main; i += 4 * n) {
-    const auto r0 = hn::BitCast(du32, hn::LoadU(du16, row + i));
-    const auto r1 = hn::BitCast(du32, hn::LoadU(du16, row + i + 2 * n));
-    a0 = hn::MulAdd(hn::BitCast(df, hn::ShiftLeft<16>(r0)), hn::Load(df, xe + i), a0);
-    a1 = hn::MulAdd(hn::BitCast(df, hn::And(r0, hi_mask)), hn::Load(df, xe + i + n), a1);
-    a2 = hn::MulAdd(hn::BitCast(df, hn::ShiftLeft<16>(r1)), hn::Load(df, xe + i + 2 * n), a2);
-    a3 = hn::MulAdd(hn::BitCast(df, hn::And(r1, hi_mask)), hn::Load(df, xe + i + 3 * n), a3);
+    VF even0, odd0, even1, odd1;
+    simd::LoadBf16EvenOdd(row + i, even0, odd0);
+    simd::LoadBf16EvenOdd(row + i + 2 * n, even1, odd1);
+    a0 = hn::MulAdd(even0, hn::Load(df, xe + i), a0);
+    a1 = hn::MulAdd(odd0, hn::Load(df, xe + i + n), a1);
+    a2 = hn::MulAdd(even1, hn::Load(df, xe + i + 2 * n), a2);
+    a3 = hn::MulAdd(odd1, hn::Load(df, xe + i + 3 * n), a3);
   }
   if (i < main) {
-    const auto r0 = hn::BitCast(du32, hn::LoadU(du16, row + i));
-    a0 = hn::MulAdd(hn::BitCast(df, hn::ShiftLeft<16>(r0)), hn::Load(df, xe + i), a0);
-    a1 = hn::MulAdd(hn::BitCast(df, hn::And(r0, hi_mask)), hn::Load(df, xe + i + n), a1);
+    VF even0, odd0;
+    simd::LoadBf16EvenOdd(row + i, even0, odd0);
+    a0 = hn::MulAdd(even0, hn::Load(df, xe + i), a0);
+    a1 = hn::MulAdd(odd0, hn::Load(df, xe + i + n), a1);
   }
   return hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
 }
@@ -104,10 +97,7 @@ template <int R>
 HWY_INLINE void Bf16RowsDot(const uint16_t* HWY_RESTRICT w, size_t stride,
                             const float* HWY_RESTRICT xe, size_t main, float* HWY_RESTRICT y) {
   const DF df;
-  const hn::RebindToUnsigned<DF> du32;
-  const hn::Repartition<uint16_t, DF> du16;
   const size_t n = hn::Lanes(df);
-  const auto hi_mask = hn::Set(du32, 0xFFFF0000u);
   VF even[R];
   VF odd[R];
   for (int r = 0; r < R; ++r) {
@@ -118,9 +108,10 @@ HWY_INLINE void Bf16RowsDot(const uint16_t* HWY_RESTRICT w, size_t stride,
     const VF x_even = hn::Load(df, xe + i);
     const VF x_odd = hn::Load(df, xe + i + n);
     for (int r = 0; r < R; ++r) {
-      const auto raw = hn::BitCast(du32, hn::LoadU(du16, w + r * stride + i));
-      even[r] = hn::MulAdd(hn::BitCast(df, hn::ShiftLeft<16>(raw)), x_even, even[r]);
-      odd[r] = hn::MulAdd(hn::BitCast(df, hn::And(raw, hi_mask)), x_odd, odd[r]);
+      VF w_even, w_odd;
+      simd::LoadBf16EvenOdd(w + r * stride + i, w_even, w_odd);
+      even[r] = hn::MulAdd(w_even, x_even, even[r]);
+      odd[r] = hn::MulAdd(w_odd, x_odd, odd[r]);
     }
   }
   for (int r = 0; r < R; ++r) y[r] = hn::GetLane(hn::SumOfLanes(df, hn::Add(even[r], odd[r])));
@@ -132,13 +123,8 @@ void GemvBf16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x, i
   const size_t n = hn::Lanes(df);
   const size_t c = static_cast<size_t>(cols);
   const size_t main = c - c % (2 * n);
-  float* xe = ScratchFloats(main + 2 * n);
-  for (size_t b = 0; b < main; b += 2 * n) {
-    for (size_t j = 0; j < n; ++j) {
-      xe[b + j] = x[b + 2 * j];
-      xe[b + n + j] = x[b + 2 * j + 1];
-    }
-  }
+  float* xe = simd::ScratchFloats<GemvXeScratch>(main + 2 * n);
+  simd::ReorderEvenOdd(x, main, xe);
   int64_t r = 0;
   if (c > kLinearMaxCols) {
     for (; r + kBf16Rows <= rows; r += kBf16Rows) {
@@ -153,10 +139,12 @@ void GemvBf16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x, i
 }
 #endif  // HWY_TARGET == HWY_SCALAR
 
-// Two accumulators per row over blocks of 2N, then at most one single vector, then scalars.
-template <int R>
-HWY_INLINE void F32Rows(const float* HWY_RESTRICT w, size_t stride, const float* HWY_RESTRICT x,
-                        size_t cols, float* HWY_RESTRICT y) {
+// R rows of stride `stride` (the first at `w`) dotted with x over `cols` columns: two
+// accumulators per row over blocks of 2N, then (kOneVector) at most one single vector, then
+// scalars. Loader / Elem (simd_helpers-inl.h) read the weights as vectors / scalars.
+template <class Loader, class Elem, int R, bool kOneVector>
+HWY_INLINE void WideRows(const typename Loader::W* HWY_RESTRICT w, size_t stride,
+                         const float* HWY_RESTRICT x, size_t cols, float* HWY_RESTRICT y) {
   const DF df;
   const size_t n = hn::Lanes(df);
   VF acc0[R];
@@ -170,72 +158,48 @@ HWY_INLINE void F32Rows(const float* HWY_RESTRICT w, size_t stride, const float*
     const VF x0 = hn::LoadU(df, x + i);
     const VF x1 = hn::LoadU(df, x + i + n);
     for (int r = 0; r < R; ++r) {
-      acc0[r] = hn::MulAdd(hn::LoadU(df, w + r * stride + i), x0, acc0[r]);
-      acc1[r] = hn::MulAdd(hn::LoadU(df, w + r * stride + i + n), x1, acc1[r]);
+      acc0[r] = hn::MulAdd(Loader::Load(w + r * stride, i), x0, acc0[r]);
+      acc1[r] = hn::MulAdd(Loader::Load(w + r * stride, i + n), x1, acc1[r]);
     }
   }
-  if (i + n <= cols) {
-    const VF x0 = hn::LoadU(df, x + i);
-    for (int r = 0; r < R; ++r) {
-      acc0[r] = hn::MulAdd(hn::LoadU(df, w + r * stride + i), x0, acc0[r]);
+  if constexpr (kOneVector) {
+    if (i + n <= cols) {
+      const VF x0 = hn::LoadU(df, x + i);
+      for (int r = 0; r < R; ++r) {
+        acc0[r] = hn::MulAdd(Loader::Load(w + r * stride, i), x0, acc0[r]);
+      }
+      i += n;
     }
-    i += n;
   }
   for (int r = 0; r < R; ++r) {
-    const float* row = w + r * stride;
+    const typename Loader::W* row = w + r * stride;
     float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[r], acc1[r])));
-    for (size_t k = i; k < cols; ++k) sum += row[k] * x[k];
+    for (size_t k = i; k < cols; ++k) sum += Elem::Get(row, k) * x[k];
     y[r] = sum;
   }
+}
+
+// WideRows over all rows, kRows at a time.
+template <class Loader, class Elem, bool kOneVector>
+HWY_INLINE void WideGemv(const typename Loader::W* HWY_RESTRICT w, const float* HWY_RESTRICT x,
+                         int64_t rows, int64_t cols, float* HWY_RESTRICT y) {
+  const size_t c = static_cast<size_t>(cols);
+  int64_t r = 0;
+  for (; r + kRows <= rows; r += kRows) {
+    WideRows<Loader, Elem, kRows, kOneVector>(w + r * cols, c, x, c, y + r);
+  }
+  for (; r < rows; ++r) WideRows<Loader, Elem, 1, kOneVector>(w + r * cols, c, x, c, y + r);
 }
 
 void GemvF32Impl(const float* HWY_RESTRICT w, const float* HWY_RESTRICT x, int64_t rows,
                  int64_t cols, float* HWY_RESTRICT y) {
-  const size_t c = static_cast<size_t>(cols);
-  int64_t r = 0;
-  for (; r + kRows <= rows; r += kRows) F32Rows<kRows>(w + r * cols, c, x, c, y + r);
-  for (; r < rows; ++r) F32Rows<1>(w + r * cols, c, x, c, y + r);
+  WideGemv<simd::F32Loader, simd::F32Elem, /*kOneVector=*/true>(w, x, rows, cols, y);
 }
 
 // f16 widens N elements at a time through PromoteTo (F16C on AVX2 and AVX-512).
-template <int R>
-HWY_INLINE void F16Rows(const uint16_t* HWY_RESTRICT w, size_t stride, const float* HWY_RESTRICT x,
-                        size_t cols, float* HWY_RESTRICT y) {
-  const DF df;
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  const size_t n = hn::Lanes(df);
-  const auto* wh = reinterpret_cast<const hwy::float16_t*>(w);
-  VF acc0[R];
-  VF acc1[R];
-  for (int r = 0; r < R; ++r) {
-    acc0[r] = hn::Zero(df);
-    acc1[r] = hn::Zero(df);
-  }
-  size_t i = 0;
-  for (; i + 2 * n <= cols; i += 2 * n) {
-    const VF x0 = hn::LoadU(df, x + i);
-    const VF x1 = hn::LoadU(df, x + i + n);
-    for (int r = 0; r < R; ++r) {
-      const VF w0 = hn::PromoteTo(df, hn::LoadU(dh, wh + r * stride + i));
-      const VF w1 = hn::PromoteTo(df, hn::LoadU(dh, wh + r * stride + i + n));
-      acc0[r] = hn::MulAdd(w0, x0, acc0[r]);
-      acc1[r] = hn::MulAdd(w1, x1, acc1[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    const uint16_t* row = w + r * stride;
-    float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[r], acc1[r])));
-    for (size_t k = i; k < cols; ++k) sum += F16ToF32(row[k]) * x[k];
-    y[r] = sum;
-  }
-}
-
 void GemvF16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT x, int64_t rows,
                  int64_t cols, float* HWY_RESTRICT y) {
-  const size_t c = static_cast<size_t>(cols);
-  int64_t r = 0;
-  for (; r + kRows <= rows; r += kRows) F16Rows<kRows>(w + r * cols, c, x, c, y + r);
-  for (; r < rows; ++r) F16Rows<1>(w + r * cols, c, x, c, y + r);
+  WideGemv<simd::F16Loader, simd::F16Elem, /*kOneVector=*/false>(w, x, rows, cols, y);
 }
 
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }

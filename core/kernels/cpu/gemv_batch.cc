@@ -35,14 +35,15 @@
 #include <cstdint>
 
 #include "core/kernels/cpu/kernels.h"
-#include "core/tensor/half_float.h"
-#include "hwy/aligned_allocator.h"
 #endif
+
+#include "core/kernels/cpu/simd_helpers-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace estuary::kernels::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+namespace simd = estuary::simd::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
@@ -66,16 +67,8 @@ constexpr size_t kChunkBytes = size_t{256} << 10;
   return std::min(n_tokens, tiles * kTileTokens);
 }
 
-// Per-thread scratch for the reordered x; grows to the largest size seen.
-[[maybe_unused]] static float* BatchScratchFloats(size_t n) {
-  thread_local hwy::AlignedFreeUniquePtr<float[]> buffer;
-  thread_local size_t capacity = 0;
-  if (n > capacity) {
-    buffer = hwy::AllocateAligned<float>(n);
-    capacity = n;
-  }
-  return buffer.get();
-}
+// Tag of the per-thread scratch for the reordered x (simd::ScratchFloats).
+struct GemvBatchXeScratch {};
 
 // Prefetches the cache line at `p` into L2 (prefetcht1 on x86), not L1: measured on Zen 4, L1
 // prefetches of the next row block (prefetcht0, hwy::Prefetch) occupy the few L1 miss buffers for
@@ -83,16 +76,12 @@ constexpr size_t kChunkBytes = size_t{256} << 10;
 // ran at 20 GB/s, and the tile's demand loads then miss L1 only to hit L2.
 HWY_INLINE void PrefetchToL2(const void* p) { __builtin_prefetch(p, /*rw=*/0, /*locality=*/2); }
 
-// Weight element decoders for the scalar tails.
-struct Bf16Elem {
-  static float Get(const uint16_t* row, size_t i) { return Bf16ToF32(row[i]); }
-};
-struct F16Elem {
-  static float Get(const uint16_t* row, size_t i) { return F16ToF32(row[i]); }
-};
-struct F32Elem {
-  static float Get(const float* row, size_t i) { return row[i]; }
-};
+// Weight element decoders for the scalar tails, and vector loaders (simd_helpers-inl.h).
+using simd::Bf16Elem;
+using simd::F16Elem;
+using simd::F16Loader;
+using simd::F32Elem;
+using simd::F32Loader;
 
 // Adds the scalar part over columns [begin, end) of every (row, token) of a tile to
 // out[t * R + r]. `w` is the tile's first row, `x` the tile's first token; both weight rows and
@@ -204,10 +193,7 @@ HWY_INLINE void Bf16Tile(const uint16_t* HWY_RESTRICT w, size_t stride,
                          const float* HWY_RESTRICT xe, size_t xe_stride, size_t main,
                          const uint16_t* prefetch, float* HWY_RESTRICT out) {
   const DF df;
-  const hn::RebindToUnsigned<DF> du32;
-  const hn::Repartition<uint16_t, DF> du16;
   const size_t n = hn::Lanes(df);
-  const auto hi_mask = hn::Set(du32, 0xFFFF0000u);
   VF acc[R][T];
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < T; ++t) acc[r][t] = hn::Zero(df);
@@ -221,9 +207,7 @@ HWY_INLINE void Bf16Tile(const uint16_t* HWY_RESTRICT w, size_t stride,
       if constexpr (kPrefetch) {
         if (i % (64 / sizeof(uint16_t)) == 0) PrefetchToL2(prefetch + r * stride + i);
       }
-      const auto raw = hn::BitCast(du32, hn::LoadU(du16, w + r * stride + i));
-      even[r] = hn::BitCast(df, hn::ShiftLeft<16>(raw));
-      odd[r] = hn::BitCast(df, hn::And(raw, hi_mask));
+      simd::LoadBf16EvenOdd(w + r * stride + i, even[r], odd[r]);
     }
     for (int t = 0; t < T; ++t) {
       const VF x_even = hn::Load(df, xe + t * xe_stride + i);
@@ -269,21 +253,12 @@ void GemvBatchBf16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT
   const size_t r_count = static_cast<size_t>(rows);
   const size_t main = c - c % (2 * n);
   const size_t chunk = ChunkTokens(c, static_cast<size_t>(n_tokens));
-  float* xe = BatchScratchFloats(chunk * main + 2 * n);
+  float* xe = simd::ScratchFloats<GemvBatchXeScratch>(chunk * main + 2 * n);
   for (size_t t0 = 0; t0 < static_cast<size_t>(n_tokens); t0 += chunk) {
     const size_t nt = std::min(chunk, static_cast<size_t>(n_tokens) - t0);
     const float* xc = x + t0 * c;
     // xe[t][b + j] = x[t][b + 2j], xe[t][b + n + j] = x[t][b + 2j + 1] per block b of 2n.
-    for (size_t t = 0; t < nt; ++t) {
-      const float* src = xc + t * c;
-      float* dst = xe + t * main;
-      for (size_t b = 0; b < main; b += 2 * n) {
-        const VF lo = hn::LoadU(df, src + b);
-        const VF hi = hn::LoadU(df, src + b + n);
-        hn::Store(hn::ConcatEven(df, hi, lo), df, dst + b);
-        hn::Store(hn::ConcatOdd(df, hi, lo), df, dst + b + n);
-      }
-    }
+    for (size_t t = 0; t < nt; ++t) simd::ReorderEvenOdd(xc + t * c, main, xe + t * main);
     float* yc = y + t0 * r_count;
     // Each block prefetches the next one; the last prefetches itself (already cached).
     size_t r = 0;
@@ -302,19 +277,6 @@ void GemvBatchBf16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT
 
 // ---------------------------------------------------------------------------------------------
 // f32 and f16: one weight vector is N consecutive elements, x is read in place.
-
-// Loads N weights of row `row` at column i as f32.
-struct F32Loader {
-  using W = float;
-  static VF Load(const float* HWY_RESTRICT row, size_t i) { return hn::LoadU(DF(), row + i); }
-};
-struct F16Loader {
-  using W = uint16_t;
-  static VF Load(const uint16_t* HWY_RESTRICT row, size_t i) {
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    return hn::PromoteTo(DF(), hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + i));
-  }
-};
 
 // R rows x T tokens over columns [0, main) (a multiple of N). `w` is the first row and `x` the
 // first token (both of stride `stride`), `prefetch` the first row of the next row block.
