@@ -146,13 +146,15 @@ void DecodeEngine::DrainInbox() {
         std::make_unique<Sequence>(std::move(request), pool_.get(), arrivals_++, tau));
   }
   for (const std::string& id : aborts) {
-    auto matches = [&](const std::unique_ptr<Sequence>& s) { return s->request.request_id == id; };
-    for (auto& s : waiting_) {
-      if (matches(s) && !s->finished) Finish(*s, FinishReason::kCancelled, absl::CancelledError(id));
-    }
-    for (auto& s : running_) {
-      if (matches(s) && !s->finished) Finish(*s, FinishReason::kCancelled, absl::CancelledError(id));
-    }
+    auto cancel = [&](auto& sequences) {
+      for (auto& s : sequences) {
+        if (s->request.request_id == id && !s->finished) {
+          Finish(*s, FinishReason::kCancelled, absl::CancelledError(id));
+        }
+      }
+    };
+    cancel(waiting_);
+    cancel(running_);
   }
   RemoveFinished();
 }
@@ -321,9 +323,9 @@ absl::Status DecodeEngine::DecodeStep() {
 void DecodeEngine::AcceptToken(Sequence& s, absl::Span<float> logits, int backbone_layers) {
   const LlamaConfig& c = model_.config();
   const int32_t next = s.sampler.Sample(logits, s.tokens);
-  const bool is_eos = std::find(c.eos_ids.begin(), c.eos_ids.end(), next) != c.eos_ids.end();
-  if (is_eos && !s.request.ignore_eos) return Finish(s, FinishReason::kEos, absl::OkStatus());
-  if (s.sampler.IsStopToken(next)) return Finish(s, FinishReason::kStopToken, absl::OkStatus());
+  if (const auto end = EndsSequence(c, s.sampler, next, s.request.ignore_eos)) {
+    return Finish(s, *end, absl::OkStatus());
+  }
   s.tokens.push_back(next);
   ++s.generated;
   TokenEvent event;

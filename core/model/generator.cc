@@ -27,6 +27,15 @@ const char* FinishReasonName(FinishReason reason) {
   return "unknown";
 }
 
+std::optional<FinishReason> EndsSequence(const LlamaConfig& config, const Sampler& sampler,
+                                         int32_t token, bool ignore_eos) {
+  const bool is_eos =
+      std::find(config.eos_ids.begin(), config.eos_ids.end(), token) != config.eos_ids.end();
+  if (is_eos && !ignore_eos) return FinishReason::kEos;
+  if (sampler.IsStopToken(token)) return FinishReason::kStopToken;
+  return std::nullopt;
+}
+
 absl::StatusOr<GenerateResult> Generate(const LlamaModel& model, const GenerateRequest& request,
                                         const TokenCallback& on_token) {
   const LlamaConfig& config = model.config();
@@ -71,14 +80,8 @@ absl::StatusOr<GenerateResult> Generate(const LlamaModel& model, const GenerateR
       break;
     }
     const int32_t next = sampler.Sample(absl::MakeSpan(logits), history);
-    const bool is_eos = std::find(config.eos_ids.begin(), config.eos_ids.end(), next) !=
-                        config.eos_ids.end();
-    if (is_eos && !request.ignore_eos) {
-      result.finish_reason = FinishReason::kEos;
-      break;
-    }
-    if (sampler.IsStopToken(next)) {
-      result.finish_reason = FinishReason::kStopToken;
+    if (const auto end = EndsSequence(config, sampler, next, request.ignore_eos)) {
+      result.finish_reason = *end;
       break;
     }
     result.completion_ids.push_back(next);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,12 @@ struct GenerateResult {
   double decode_seconds = 0.0;
   double tokens_per_second = 0.0;  // decode tokens per second (after the first token)
 };
+
+// Whether sampling `token` ends the sequence before it is emitted: an EOS id of the model
+// (unless ignore_eos) or one of the request's stop token ids. Shared by Generate and the decode
+// engine so both stop on exactly the same tokens.
+std::optional<FinishReason> EndsSequence(const LlamaConfig& config, const Sampler& sampler,
+                                         int32_t token, bool ignore_eos);
 
 // Called with each new token as it is produced (before the next forward).
 using TokenCallback = std::function<void(int32_t id)>;
