@@ -99,6 +99,9 @@ absl::Status RunGenerate(const GenerateOptions& options) {
   load_options.progress = MakeProgressReporter();
   ESTUARY_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(options.model, load_options));
   const Tokenizer& tokenizer = *loaded.tokenizer;
+  if (options.river) {
+    ESTUARY_RETURN_IF_ERROR(options.river_options.policy.Validate(loaded.model->config().n_layers));
+  }
 
   GenerateRequest request;
   ESTUARY_ASSIGN_OR_RETURN(request.prompt_ids, tokenizer.Encode(options.prompt, /*add_bos=*/true));
