@@ -22,15 +22,6 @@ struct Mode {
   int max_backbone_layers;  // forced exit (-1: none)
 };
 
-// Weight bytes one decode step reads when every token runs `backbone` layers on the backbone.
-int64_t StepWeightBytes(const LlamaModel& model, const River& river, int backbone) {
-  int64_t bytes = static_cast<int64_t>(model.weights().lm_head.nbytes());
-  for (int l = 0; l < model.config().n_layers; ++l) {
-    bytes += l < backbone ? model.layer_bytes(l) : river.layer_bytes(l);
-  }
-  return bytes;
-}
-
 }  // namespace
 
 absl::StatusOr<std::vector<BenchDecodeRow>> RunBenchDecode(const LlamaModel& model,
@@ -118,7 +109,7 @@ absl::StatusOr<std::vector<BenchDecodeRow>> RunBenchDecode(const LlamaModel& mod
       const double step_seconds = absl::ToDoubleSeconds(timed) / options.steps;
       const double mean_positions = options.prompt_len + 1 + options.steps / 2.0;
       const double step_bytes =
-          static_cast<double>(StepWeightBytes(model, river, backbone)) +
+          static_cast<double>(DecodeStepWeightBytes(model, &river, backbone)) +
           batch * mean_positions * static_cast<double>(kv_bytes_per_position);
       BenchDecodeRow row;
       row.mode = mode.name;

@@ -98,7 +98,6 @@ absl::Status TeacherForce(const LlamaModel& model, const River* river, const Exi
   options.river = river;
   options.policy = policy;
   options.probe = probe;
-  int64_t head_bytes = static_cast<int64_t>(model.weights().lm_head.nbytes());
   const absl::Time start = absl::Now();
   for (size_t i = 0; i + 1 < c.tokens.size(); ++i) {
     BatchEntry entry;
@@ -115,11 +114,8 @@ absl::Status TeacherForce(const LlamaModel& model, const River* river, const Exi
     totals.backbone_layers += outcome.backbone_layers;
     totals.agreed += Argmax(logits) == target;
     totals.nll += Nll(logits, target);
-    int64_t bytes = head_bytes;
-    for (int l = 0; l < config.n_layers; ++l) {
-      bytes += l < outcome.backbone_layers ? model.layer_bytes(l) : river->layer_bytes(l);
-    }
-    totals.bytes += static_cast<double>(bytes);
+    totals.bytes +=
+        static_cast<double>(DecodeStepWeightBytes(model, river, outcome.backbone_layers));
   }
   totals.decode_time += absl::Now() - start;
   return absl::OkStatus();

@@ -75,6 +75,14 @@ void Scatter(const Group& group, const std::vector<int64_t>& row_offset, int64_t
 
 }  // namespace
 
+int64_t DecodeStepWeightBytes(const LlamaModel& model, const River* river, int backbone_layers) {
+  int64_t bytes = static_cast<int64_t>(model.weights().lm_head.nbytes());
+  for (int l = 0; l < model.config().n_layers; ++l) {
+    bytes += l < backbone_layers ? model.layer_bytes(l) : river->layer_bytes(l);
+  }
+  return bytes;
+}
+
 absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> entries,
                           const ForwardOptions& options, absl::Span<float> logits,
                           absl::Span<EntryOutcome> outcomes) {

@@ -54,6 +54,11 @@ struct ForwardOptions {
   ForwardProbe* probe = nullptr;
 };
 
+// Weight bytes one decode step reads when its tokens run `backbone_layers` layers on the
+// backbone and the rest on `river` (null only with backbone_layers == n_layers): every layer's
+// projections on their path plus the LM head. The cost model of eval-exit and bench-decode.
+int64_t DecodeStepWeightBytes(const LlamaModel& model, const River* river, int backbone_layers);
+
 // Runs the step. `logits` holds vocab_size floats per entry with want_logits, in entry order.
 // `outcomes` has one element per entry. INVALID_ARGUMENT for bad ids, positions or sizes;
 // FAILED_PRECONDITION when a forced exit needs a river layer the river lacks.

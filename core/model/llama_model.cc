@@ -62,20 +62,6 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(LlamaConfig confi
   return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(config), std::move(weights)));
 }
 
-int64_t LlamaModel::weight_bytes() const {
-  int64_t total = static_cast<int64_t>(weights_.embedding.nbytes() + weights_.final_norm.nbytes());
-  if (weights_.lm_head.raw() != weights_.embedding.raw()) {
-    total += static_cast<int64_t>(weights_.lm_head.nbytes());
-  }
-  for (const LlamaLayerWeights& w : weights_.layers) {
-    for (const Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.ffn_norm, &w.w_gate,
-                            &w.w_up, &w.w_down}) {
-      total += static_cast<int64_t>(t->nbytes());
-    }
-  }
-  return total;
-}
-
 absl::StatusOr<int64_t> LlamaModel::ReleaseBackboneLayersFrom(int resident_layers) {
   if (resident_layers < 1 || resident_layers > config_.n_layers) {
     return absl::InvalidArgumentError(absl::StrCat("resident backbone layers ", resident_layers,

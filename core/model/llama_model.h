@@ -24,8 +24,6 @@ class LlamaModel {
 
   const LlamaConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }
-  // Bytes of weight data (what one full-depth decode step reads at least once).
-  int64_t weight_bytes() const;
 
   // Backbone offloading (design §5): drops the dense weights of layers >= `resident_layers`, so
   // they are never read again (their memory is freed, or for a memory-mapped checkpoint never
