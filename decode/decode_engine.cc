@@ -86,19 +86,7 @@ DecodeEngine::~DecodeEngine() {
 
 absl::Status DecodeEngine::Submit(DecodeRequest request) {
   const LlamaConfig& c = model_.config();
-  if (request.prompt_ids.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
-  for (int32_t id : request.prompt_ids) {
-    if (id < 0 || id >= c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt token id ", id,
-                                                     " outside the vocabulary [0, ",
-                                                     c.vocab_size, ")"));
-    }
-  }
-  if (static_cast<int>(request.prompt_ids.size()) >= c.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", request.prompt_ids.size(),
-                                                   " tokens leaves no room in the context of ",
-                                                   c.max_seq_len));
-  }
+  ESTUARY_RETURN_IF_ERROR(ValidatePromptIds(model_.config(), request.prompt_ids));
   if (request.max_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens = ", request.max_tokens, " must be >= 1"));

@@ -1,20 +1,9 @@
 #include "core/kvcache/kv_layout.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/common/range_check.h"
 
 namespace estuary {
-namespace {
-
-absl::Status CheckRange(const char* field, int64_t value, int64_t lo, int64_t hi) {
-  if (value < lo || value > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("KV layout: ", field, " = ", value, " is outside [", lo, ", ", hi, "]"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 KvLayout KvLayout::FromConfig(const LlamaConfig& config, int block_size) {
   KvLayout layout;
   layout.n_layers = config.n_layers;
@@ -28,10 +17,10 @@ absl::Status KvLayout::Validate() const {
   // n_layers <= 255: provenance stores a layer index in a byte, 255 meaning "full depth", and the
   // last layer index is n_layers - 1 <= 254. The other bounds keep page_bytes() below 2^47.
   for (const absl::Status& s : {
-           CheckRange("n_layers", n_layers, 1, 255),
-           CheckRange("n_kv_heads", n_kv_heads, 1, 1024),
-           CheckRange("head_dim", head_dim, 1, 1024),
-           CheckRange("block_size", block_size, 1, 1024),
+           CheckRange("KV layout", "n_layers", n_layers, 1, 255),
+           CheckRange("KV layout", "n_kv_heads", n_kv_heads, 1, 1024),
+           CheckRange("KV layout", "head_dim", head_dim, 1, 1024),
+           CheckRange("KV layout", "block_size", block_size, 1, 1024),
        }) {
     if (!s.ok()) return s;
   }

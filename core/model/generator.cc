@@ -27,6 +27,23 @@ const char* FinishReasonName(FinishReason reason) {
   return "unknown";
 }
 
+absl::Status ValidatePromptIds(const LlamaConfig& config, absl::Span<const int32_t> prompt_ids) {
+  if (prompt_ids.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+  for (int32_t id : prompt_ids) {
+    if (id < 0 || id >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt token id ", id,
+                                                     " outside the vocabulary [0, ",
+                                                     config.vocab_size, ")"));
+    }
+  }
+  if (static_cast<int64_t>(prompt_ids.size()) >= config.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt_ids.size(),
+                                                   " tokens leaves no room in the context of ",
+                                                   config.max_seq_len));
+  }
+  return absl::OkStatus();
+}
+
 std::optional<FinishReason> EndsSequence(const LlamaConfig& config, const Sampler& sampler,
                                          int32_t token, bool ignore_eos) {
   const bool is_eos =
@@ -40,19 +57,7 @@ absl::StatusOr<GenerateResult> Generate(const LlamaModel& model, const GenerateR
                                         const TokenCallback& on_token) {
   const LlamaConfig& config = model.config();
   const int prompt_len = static_cast<int>(request.prompt_ids.size());
-  if (prompt_len == 0) return absl::InvalidArgumentError("the prompt has no tokens");
-  for (int32_t id : request.prompt_ids) {
-    if (id < 0 || id >= config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt token id ", id,
-                                                     " outside the vocabulary [0, ",
-                                                     config.vocab_size, ")"));
-    }
-  }
-  if (prompt_len >= config.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt_len,
-                                                   " tokens fills the context length ",
-                                                   config.max_seq_len));
-  }
+  ESTUARY_RETURN_IF_ERROR(ValidatePromptIds(config, request.prompt_ids));
   if (request.max_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens = ", request.max_tokens, " must be >= 0"));

@@ -41,6 +41,11 @@ struct GenerateResult {
   double tokens_per_second = 0.0;  // decode tokens per second (after the first token)
 };
 
+// Checks a prompt against the model: non-empty, every id inside the vocabulary, and room for
+// at least one generated token in the context. INVALID_ARGUMENT names the limit. Shared by
+// Generate and the decode engine.
+absl::Status ValidatePromptIds(const LlamaConfig& config, absl::Span<const int32_t> prompt_ids);
+
 // Whether sampling `token` ends the sequence before it is emitted: an EOS id of the model
 // (unless ignore_eos) or one of the request's stop token ids. Shared by Generate and the decode
 // engine so both stop on exactly the same tokens.

@@ -3,29 +3,20 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/range_check.h"
 
 namespace estuary {
-namespace {
-absl::Status CheckRange(const char* field, int64_t value, int64_t lo, int64_t hi) {
-  if (value < lo || value > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model config: ", field, " = ", value, " is outside [", lo, ", ", hi, "]"));
-  }
-  return absl::OkStatus();
-}
-}  // namespace
-
 absl::Status LlamaConfig::Validate() const {
   // Bounds generous enough for any released Llama, tight enough that products do not overflow.
   for (const absl::Status& s : {
-           CheckRange("dim", dim, 1, 1 << 16),
-           CheckRange("hidden_dim", hidden_dim, 1, 1 << 18),
-           CheckRange("n_layers", n_layers, 1, 1024),
-           CheckRange("n_heads", n_heads, 1, 1024),
-           CheckRange("n_kv_heads", n_kv_heads, 1, 1024),
-           CheckRange("head_dim", head_dim, 2, 1024),
-           CheckRange("vocab_size", vocab_size, 1, 1 << 22),
-           CheckRange("max_seq_len", max_seq_len, 1, 1 << 21),
+           CheckRange("model config", "dim", dim, 1, 1 << 16),
+           CheckRange("model config", "hidden_dim", hidden_dim, 1, 1 << 18),
+           CheckRange("model config", "n_layers", n_layers, 1, 1024),
+           CheckRange("model config", "n_heads", n_heads, 1, 1024),
+           CheckRange("model config", "n_kv_heads", n_kv_heads, 1, 1024),
+           CheckRange("model config", "head_dim", head_dim, 2, 1024),
+           CheckRange("model config", "vocab_size", vocab_size, 1, 1 << 22),
+           CheckRange("model config", "max_seq_len", max_seq_len, 1, 1 << 21),
        }) {
     if (!s.ok()) return s;
   }
