@@ -3,7 +3,7 @@
 //
 //   estuary generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
 //                    [--top-k K] [--min-p M] [--repetition-penalty R] [--seed S]
-//                    [--dtype f32|bf16] [--json]
+//                    [--dtype f32|bf16] [--tensor-parallel-size N] [--river] [--json]
 //   estuary convert  --from PATH --to DIR [--dtype f32|bf16]
 //   estuary synth    --preset tiny|llama-3.2-1b|llama-3.1-8b --out DIR [--seed S]
 //   estuary eval-exit --model PATH --taus LIST --prompts FILE --max-tokens N [--json]
@@ -56,6 +56,8 @@ ABSL_FLAG(std::vector<std::string>, batch, std::vector<std::string>({"1", "4", "
 ABSL_FLAG(int, exit_after, 4, "bench-decode: backbone layers before the river's forced exit");
 ABSL_FLAG(int, steps, 8, "bench-decode: timed decode steps per mode and batch");
 ABSL_FLAG(bool, river, false, "generate: decode through the paged engine with the exit river");
+ABSL_FLAG(int, tensor_parallel_size, 1,
+          "generate: tensor-parallel ranks (threads of this process, cores shared among them)");
 ABSL_FLAG(int, river_group_size, 64, "int4 group size of the exit river");
 ABSL_FLAG(bool, river_refine, true, "refine the river's int4 scale and zero point (HQQ-style)");
 ABSL_FLAG(std::string, exit_rule, "batch_min", "batch_min (the paper's) or split");
@@ -177,6 +179,7 @@ absl::Status Generate() {
   options.json = absl::GetFlag(FLAGS_json);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.river = absl::GetFlag(FLAGS_river);
+  options.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
   ESTUARY_ASSIGN_OR_RETURN(options.river_options, RiverFlags());
   return RunGenerate(options);
 }

@@ -14,6 +14,8 @@
 #include "core/model/generator.h"
 #include "core/model/model_loader.h"
 #include "core/model/river.h"
+#include "core/model/sharded_model.h"
+#include "core/model/tensor_parallel.h"
 #include "decode/decode_engine.h"
 #include "nlohmann/json.hpp"
 
@@ -25,6 +27,10 @@ absl::Status ValidateGenerateOptions(const GenerateOptions& options) {
         absl::StrCat("--max-tokens = ", options.max_tokens, " must be >= 0"));
   }
   if (options.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
+  if (options.tensor_parallel_size < 1 || options.tensor_parallel_size > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tensor-parallel-size = ", options.tensor_parallel_size, " must be in [1, 64]"));
+  }
   if (options.dtype && *options.dtype != DType::kF32 && *options.dtype != DType::kBF16) {
     return absl::InvalidArgumentError("--dtype must be f32 or bf16");
   }
@@ -89,6 +95,37 @@ absl::StatusOr<RiverGeneration> GenerateThroughRiver(LlamaModel& model,
   return out;
 }
 
+// Generates on `tp_size` tensor-parallel ranks; with the river, each step's exit decision is
+// taken on every rank alike and recorded per generated token.
+absl::StatusOr<RiverGeneration> GenerateTensorParallel(std::unique_ptr<LlamaModel> model,
+                                                       const GenerateOptions& options,
+                                                       const GenerateRequest& request,
+                                                       const std::function<void(int32_t)>& on_token) {
+  const int n_layers = model->config().n_layers;
+  ShardedModelOptions sharding;
+  sharding.tp_size = options.tensor_parallel_size;
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> sharded,
+                           ShardedModel::Create(std::move(model), sharding));
+  ShardedForwardOptions forward;
+  if (options.river) {
+    ESTUARY_RETURN_IF_ERROR(sharded->BuildRiver(options.river_options.quant));
+    forward.use_river = true;
+    forward.policy = options.river_options.policy;
+    if (const int resident = forward.policy.resident_backbone_layers; resident > 0) {
+      ESTUARY_RETURN_IF_ERROR(sharded->ReleaseBackboneLayersFrom(resident).status());
+    }
+  }
+  RiverGeneration out{GenerateResult(), {}, ExitStats(n_layers)};
+  ESTUARY_ASSIGN_OR_RETURN(out.result, Generate(*sharded, request, on_token, forward));
+  // backbone_layers[i] is the step that produced completion token i.
+  const std::vector<int>& steps = out.result.backbone_layers;
+  for (size_t i = 0; i < out.result.completion_ids.size() && i < steps.size(); ++i) {
+    out.backbone_layers.push_back(steps[i]);
+    out.stats.RecordDecodeToken(steps[i]);
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::Status RunGenerate(const GenerateOptions& options) {
@@ -102,6 +139,8 @@ absl::Status RunGenerate(const GenerateOptions& options) {
   if (options.river) {
     ESTUARY_RETURN_IF_ERROR(options.river_options.policy.Validate(loaded.model->config().n_layers));
   }
+  ESTUARY_RETURN_IF_ERROR(
+      CheckTensorParallelSize(loaded.model->config(), options.tensor_parallel_size));
 
   GenerateRequest request;
   ESTUARY_ASSIGN_OR_RETURN(request.prompt_ids, tokenizer.Encode(options.prompt, /*add_bos=*/true));
@@ -120,7 +159,12 @@ absl::Status RunGenerate(const GenerateOptions& options) {
   };
   GenerateResult result;
   std::optional<RiverGeneration> river;
-  if (options.river) {
+  if (options.tensor_parallel_size > 1) {
+    ESTUARY_ASSIGN_OR_RETURN(RiverGeneration tp, GenerateTensorParallel(std::move(loaded.model),
+                                                                        options, request, on_token));
+    result = tp.result;
+    if (options.river) river = std::move(tp);
+  } else if (options.river) {
     ESTUARY_ASSIGN_OR_RETURN(river, GenerateThroughRiver(*loaded.model, request,
                                                          options.river_options, on_token));
     result = river->result;

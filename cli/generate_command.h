@@ -23,6 +23,10 @@ struct GenerateOptions {
   // the river flags); otherwise the plain full-depth path.
   bool river = false;
   RiverOptions river_options;
+  // --tensor-parallel-size: ranks (threads of this process, each with cores / N GEMM threads).
+  // Above 1 generation runs on a ShardedModel (one contiguous cache per rank; with --river the
+  // exit decision is taken per step on every rank alike).
+  int tensor_parallel_size = 1;
 };
 
 absl::Status ValidateGenerateOptions(const GenerateOptions& options);

@@ -1,30 +1,18 @@
 #include "decode/decode_engine.h"
 
-#include <fstream>
 #include <map>
 
 #include "core/model/model_loader.h"
 #include "core/model/river.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
+#include "tests/testing/golden_cases.h"
 
 namespace estuary {
 namespace {
 
-struct Golden {
-  std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> completion_ids;
-};
-
-std::vector<Golden> LoadGolden(const std::string& model) {
-  std::ifstream in("../shared/models/" + model + "/golden.json");
-  const nlohmann::json golden = nlohmann::json::parse(in, nullptr, false);
-  std::vector<Golden> cases;
-  for (const auto& c : golden["cases"]) {
-    cases.push_back({c["prompt_ids"].get<std::vector<int32_t>>(),
-                     c["completion_ids"].get<std::vector<int32_t>>()});
-  }
-  return cases;
+using ::estuary::testing::GoldenCase;
+std::vector<GoldenCase> LoadGolden(const std::string& model) {
+  return ::estuary::testing::LoadGoldenCases(model);
 }
 
 // Collects every request's tokens and final event.
@@ -55,7 +43,7 @@ class DecodeEngineGoldenTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(DecodeEngineGoldenTest, ReproducesGoldenIdsAtBatchOneAndAllTogether) {
   auto loaded = LoadModel("../shared/models/" + GetParam());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const std::vector<Golden> cases = LoadGolden(GetParam());
+  const std::vector<GoldenCase> cases = LoadGolden(GetParam());
   ASSERT_FALSE(cases.empty());
   DecodeEngineOptions options;
   options.kv_cache_bytes = int64_t{64} << 20;
@@ -93,7 +81,7 @@ INSTANTIATE_TEST_SUITE_P(Shipped, DecodeEngineGoldenTest,
 TEST(DecodeEngineTest, PreemptionAbortAndPoolAccounting) {
   auto loaded = LoadModel("../shared/models/stories260K");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const std::vector<Golden> cases = LoadGolden("stories260K");
+  const std::vector<GoldenCase> cases = LoadGolden("stories260K");
   DecodeEngineOptions options;
   options.block_size = 16;
   // 5 layers x 4 kv heads x 8 dims x 2 (K, V) x 4 bytes x 16 slots = 20 KiB per page: 24 pages
@@ -176,8 +164,8 @@ TEST(DecodeEngineTest, RiverCountersAndPerRequestThresholds) {
 TEST(DecodeEngineTest, PrefixCacheReusesFullPromptPages) {
   auto loaded = LoadModel("../shared/models/stories260K");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const std::vector<Golden> cases = LoadGolden("stories260K");
-  const Golden& long_case = cases.back();  // an 88-token prompt: five full pages of 16
+  const std::vector<GoldenCase> cases = LoadGolden("stories260K");
+  const GoldenCase& long_case = cases.back();  // an 88-token prompt: five full pages of 16
   ASSERT_GT(long_case.prompt_ids.size(), 64u);
   Collector collector;
   auto engine = DecodeEngine::Create(*loaded->model, nullptr, DecodeEngineOptions(),

@@ -4,10 +4,10 @@
 #include "core/common/range_check.h"
 
 namespace estuary {
-KvLayout KvLayout::FromConfig(const LlamaConfig& config, int block_size) {
+KvLayout KvLayout::FromConfig(const LlamaConfig& config, int block_size, int tp_size) {
   KvLayout layout;
   layout.n_layers = config.n_layers;
-  layout.n_kv_heads = config.n_kv_heads;
+  layout.n_kv_heads = tp_size > 0 ? config.n_kv_heads / tp_size : 0;
   layout.head_dim = config.head_dim;
   layout.block_size = block_size;
   return layout;

@@ -19,8 +19,10 @@ struct KvLayout {
   int head_dim = 0;     // floats per head
   int block_size = 16;  // token slots per page
 
-  // The layout of a whole (unsharded) model. Does not validate; Validate() or KvPool::Create do.
-  static KvLayout FromConfig(const LlamaConfig& config, int block_size);
+  // The layout of one TP rank's share of a model (tp_size 1: the whole model): n_kv_heads /
+  // tp_size heads. Does not validate; Validate() or KvPool::Create do (the caller checked that
+  // tp_size divides n_kv_heads, see CheckTensorParallelSize).
+  static KvLayout FromConfig(const LlamaConfig& config, int block_size, int tp_size = 1);
 
   // Bounds every field so that the products below cannot overflow. Errors name the field.
   absl::Status Validate() const;

@@ -26,36 +26,43 @@ namespace {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvLayout& layout,
-                                                       int64_t kv_cache_bytes) {
+                                                       int64_t kv_cache_bytes, int num_shards) {
   if (absl::Status s = layout.Validate(); !s.ok()) return s;
+  if (num_shards < 1 || num_shards > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV pool: num_shards = ", num_shards, " outside [1, 64]"));
+  }
   if (kv_cache_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat("KV pool: kv_cache_bytes = ", kv_cache_bytes));
   }
-  const int64_t page_bytes = layout.page_bytes();
+  const int64_t page_bytes = layout.page_bytes() * num_shards;
   const int64_t pages =
       std::min<int64_t>(kv_cache_bytes / page_bytes, std::numeric_limits<int32_t>::max());
   if (pages <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV pool: kv_cache_bytes = ", kv_cache_bytes, " holds no page of ", page_bytes,
-                     " bytes (", layout.n_layers, " layers x ", layout.n_kv_heads, " kv heads x ",
-                     layout.block_size, " slots x ", layout.head_dim, " floats x K,V)"));
+                     " bytes (", num_shards, " shards x ", layout.n_layers, " layers x ",
+                     layout.n_kv_heads, " kv heads x ", layout.block_size, " slots x ",
+                     layout.head_dim, " floats x K,V)"));
   }
   const int32_t num_pages = static_cast<int32_t>(pages);
-  std::unique_ptr<KvPool> pool(new KvPool(layout, num_pages));
+  std::unique_ptr<KvPool> pool(new KvPool(layout, num_pages, num_shards));
 
-  // The one big allocation: one anonymous mapping per layer. Zero-filled by the kernel and
-  // page-aligned (which transports want for registration).
+  // The one big allocation: one anonymous mapping per layer and shard. Zero-filled by the kernel
+  // and page-aligned (which transports want for registration).
   const size_t region_bytes =
       static_cast<size_t>(num_pages) * static_cast<size_t>(layout.page_bytes_per_layer());
-  for (int layer = 0; layer < layout.n_layers; ++layer) {
-    void* mapped =
-        ::mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mapped == MAP_FAILED) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("KV pool: cannot map ", region_bytes, " bytes for layer ", layer, " of ",
-                       layout.n_layers, " (", num_pages, " pages)"));
+  for (int shard = 0; shard < num_shards; ++shard) {
+    for (int layer = 0; layer < layout.n_layers; ++layer) {
+      void* mapped = ::mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (mapped == MAP_FAILED) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "KV pool: cannot map ", region_bytes, " bytes for layer ", layer, " of ",
+            layout.n_layers, " of shard ", shard, " (", num_pages, " pages)"));
+      }
+      pool->regions_.push_back({static_cast<float*>(mapped), region_bytes});
     }
-    pool->regions_.push_back({static_cast<float*>(mapped), region_bytes});
   }
 
   // Per-page metadata (small next to K/V, but still sized by the budget).
@@ -81,18 +88,21 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvLayout& layout,
   return pool;
 }
 
-KvPool::KvPool(const KvLayout& layout, int32_t num_pages)
-    : layout_(layout), num_pages_(num_pages), page_floats_(layout.page_floats_per_layer()) {
-  regions_.reserve(static_cast<size_t>(layout.n_layers));
+KvPool::KvPool(const KvLayout& layout, int32_t num_pages, int num_shards)
+    : layout_(layout),
+      num_pages_(num_pages),
+      num_shards_(num_shards),
+      page_floats_(layout.page_floats_per_layer()) {
+  regions_.reserve(static_cast<size_t>(layout.n_layers) * static_cast<size_t>(num_shards));
 }
 
 KvPool::~KvPool() {
   for (const LayerRegion& region : regions_) ::munmap(region.data, region.bytes);
 }
 
-KvRegion KvPool::layer_region(int layer) const {
-  if (layer < 0 || layer >= layout_.n_layers) return {};
-  const LayerRegion& region = regions_[static_cast<size_t>(layer)];
+KvRegion KvPool::layer_region(int layer, int shard) const {
+  if (layer < 0 || layer >= layout_.n_layers || shard < 0 || shard >= num_shards_) return {};
+  const LayerRegion& region = regions_[static_cast<size_t>(shard * layout_.n_layers + layer)];
   return {region.data, region.bytes};
 }
 

@@ -3,7 +3,13 @@
 //
 // Ownership: the pool owns all K/V memory, allocated once in Create(): one region per layer laid
 // out [page][K|V][kv_head][slot][head_dim] (see kv_layout.h), plus one provenance byte per token
-// slot, laid out [page][slot]. Pages are handed out by id (int32 in [0, num_pages())) with a
+// slot, laid out [page][slot].
+//
+// Tensor-parallel shards (design §6): a pool created with `num_shards` = tp_size holds one set
+// of layer regions per TP rank, each with the layout's KV heads (those local to that rank), and
+// one page table for all of them: a page id names the same token slots on every rank, so one
+// allocation, one prefix cache and one provenance record serve the whole TP group, and a
+// transfer descriptor needs one list of page ids. Rank r touches only shard r's memory. Pages are handed out by id (int32 in [0, num_pages())) with a
 // reference count; SequenceKv (sequence_kv.h) is the usual owner of those references.
 //
 // Page states:
@@ -58,16 +64,20 @@ class KvPool {
   // Allocates the whole pool: kv_cache_bytes / layout.page_bytes() pages (capped at 2^31 - 1).
   // INVALID_ARGUMENT for a bad layout or a budget below one page; RESOURCE_EXHAUSTED when the
   // memory cannot be had. K/V memory starts zeroed; provenance starts at kProvenanceFullDepth.
+  // With num_shards > 1 the budget covers all shards: each page costs num_shards * page_bytes().
   static absl::StatusOr<std::unique_ptr<KvPool>> Create(const KvLayout& layout,
-                                                        int64_t kv_cache_bytes);
+                                                        int64_t kv_cache_bytes,
+                                                        int num_shards = 1);
   ~KvPool();
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
 
   const KvLayout& layout() const { return layout_; }
   int32_t num_pages() const { return num_pages_; }
+  int num_shards() const { return num_shards_; }
   int64_t page_bytes_per_layer() const { return layout_.page_bytes_per_layer(); }
-  KvRegion layer_region(int layer) const;
+  // One layer's memory of one shard; empty for indices out of range.
+  KvRegion layer_region(int layer, int shard = 0) const;
 
   // Pages on the free list (excludes cached prefix pages, which Allocate may also evict).
   int32_t free_pages() const;
@@ -90,15 +100,20 @@ class KvPool {
   void Release(int32_t page);
   int32_t ref_count(int32_t page) const;
 
-  // K (or V) of `kv_head` in `page` at `layer`: [block_size][head_dim] floats, contiguous.
-  // No checks (hot path): layer < n_layers, page < num_pages, kv_head < n_kv_heads.
-  float* k(int layer, int32_t page, int kv_head) { return HeadSlice(layer, page, kv_head, 0); }
-  float* v(int layer, int32_t page, int kv_head) { return HeadSlice(layer, page, kv_head, 1); }
-  const float* k(int layer, int32_t page, int kv_head) const {
-    return HeadSlice(layer, page, kv_head, 0);
+  // K (or V) of `kv_head` in `page` at `layer` of `shard`: [block_size][head_dim] floats,
+  // contiguous. No checks (hot path): layer < n_layers, page < num_pages, kv_head < n_kv_heads,
+  // shard < num_shards.
+  float* k(int layer, int32_t page, int kv_head, int shard = 0) {
+    return HeadSlice(layer, page, kv_head, 0, shard);
   }
-  const float* v(int layer, int32_t page, int kv_head) const {
-    return HeadSlice(layer, page, kv_head, 1);
+  float* v(int layer, int32_t page, int kv_head, int shard = 0) {
+    return HeadSlice(layer, page, kv_head, 1, shard);
+  }
+  const float* k(int layer, int32_t page, int kv_head, int shard = 0) const {
+    return HeadSlice(layer, page, kv_head, 0, shard);
+  }
+  const float* v(int layer, int32_t page, int kv_head, int shard = 0) const {
+    return HeadSlice(layer, page, kv_head, 1, shard);
   }
   // Provenance of `page`: [block_size] bytes, one per token slot.
   uint8_t* provenance(int32_t page) { return provenance_.data() + ProvenanceOffset(page); }
@@ -125,10 +140,11 @@ class KvPool {
     size_t bytes = 0;  // of the mapping
   };
 
-  KvPool(const KvLayout& layout, int32_t num_pages);
+  KvPool(const KvLayout& layout, int32_t num_pages, int num_shards);
 
-  float* HeadSlice(int layer, int32_t page, int kv_head, int k_or_v) const {
-    return regions_[static_cast<size_t>(layer)].data + static_cast<int64_t>(page) * page_floats_ +
+  float* HeadSlice(int layer, int32_t page, int kv_head, int k_or_v, int shard) const {
+    return regions_[static_cast<size_t>(shard * layout_.n_layers + layer)].data +
+           static_cast<int64_t>(page) * page_floats_ +
            (int64_t{k_or_v} * layout_.n_kv_heads + kv_head) * layout_.head_floats();
   }
   size_t ProvenanceOffset(int32_t page) const {
@@ -144,8 +160,9 @@ class KvPool {
 
   const KvLayout layout_;
   const int32_t num_pages_;
+  const int num_shards_;
   const int64_t page_floats_;         // layout_.page_floats_per_layer()
-  std::vector<LayerRegion> regions_;  // [layer]; owned mappings, unmapped in the destructor
+  std::vector<LayerRegion> regions_;  // [shard][layer]; owned mappings, unmapped in the destructor
   std::vector<uint8_t> provenance_;   // [page][slot]; written lock-free by the page's writer
 
   mutable absl::Mutex mu_;

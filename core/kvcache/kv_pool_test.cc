@@ -71,6 +71,32 @@ TEST(KvPoolTest, CreateComputesPageCount) {
   EXPECT_EQ((*pool)->layer_region(2).data, nullptr);
 }
 
+// TP shards: one page table, one memory region per layer per shard, the budget covering all.
+TEST(KvPoolTest, ShardsShareThePageTableAndSplitTheMemory) {
+  const KvLayout layout = SmallLayout();
+  absl::StatusOr<std::unique_ptr<KvPool>> pool = KvPool::Create(layout, 512 * 2 * 10, 2);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  KvPool& p = **pool;
+  EXPECT_EQ(p.num_shards(), 2);
+  EXPECT_EQ(p.num_pages(), 10);
+  for (int layer = 0; layer < 2; ++layer) {
+    const KvRegion a = p.layer_region(layer, 0), b = p.layer_region(layer, 1);
+    ASSERT_NE(a.data, nullptr);
+    ASSERT_NE(b.data, nullptr);
+    EXPECT_NE(a.data, b.data);
+    EXPECT_EQ(b.bytes, 10u * 256u);
+    EXPECT_EQ(static_cast<void*>(p.k(layer, 3, 1, 1)),
+              static_cast<void*>(static_cast<float*>(b.data) + 3 * layout.page_floats_per_layer() +
+                                 layout.head_floats()));
+  }
+  EXPECT_EQ(p.layer_region(0, 2).data, nullptr);
+  // Writing shard 1 leaves shard 0 untouched.
+  p.k(1, 4, 0, 1)[0] = 7.0f;
+  EXPECT_EQ(p.k(1, 4, 0, 0)[0], 0.0f);
+  EXPECT_EQ(KvPool::Create(layout, 512 * 10, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(KvPoolTest, CreateRejectsBadInput) {
   const KvLayout layout = SmallLayout();
   absl::StatusOr<std::unique_ptr<KvPool>> too_small = KvPool::Create(layout, 511);

@@ -12,7 +12,8 @@ using kernels::cpu::Dot;
 using kernels::cpu::Softmax;
 
 void PagedAttention(const float* q, int n_queries, int start_pos, const KvPool& pool,
-                    absl::Span<const int32_t> pages, int layer, int n_heads, float* out) {
+                    absl::Span<const int32_t> pages, int layer, int n_heads, float* out,
+                    int shard) {
   const KvLayout& layout = pool.layout();
   const int n_kv_heads = layout.n_kv_heads;
   const int head_dim = layout.head_dim;
@@ -38,7 +39,7 @@ void PagedAttention(const float* q, int n_queries, int start_pos, const KvPool& 
 
       // Scores: each K row (one slot of one page) is read once for all heads of the group.
       for (int pi = 0; pi < n_pages; ++pi) {
-        const float* kp = pool.k(layer, pages[static_cast<size_t>(pi)], kvh);
+        const float* kp = pool.k(layer, pages[static_cast<size_t>(pi)], kvh, shard);
         const int p0 = pi * block;
         const int slots = std::min(block, n_pos - p0);
         for (int s = 0; s < slots; ++s) {
@@ -56,7 +57,7 @@ void PagedAttention(const float* q, int n_queries, int start_pos, const KvPool& 
       // Weighted sum of V, positions in ascending order.
       std::fill_n(o0, static_cast<int64_t>(n_group) * head_dim, 0.0f);
       for (int pi = 0; pi < n_pages; ++pi) {
-        const float* vp = pool.v(layer, pages[static_cast<size_t>(pi)], kvh);
+        const float* vp = pool.v(layer, pages[static_cast<size_t>(pi)], kvh, shard);
         const int p0 = pi * block;
         const int slots = std::min(block, n_pos - p0);
         for (int s = 0; s < slots; ++s) {

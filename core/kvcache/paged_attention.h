@@ -16,9 +16,11 @@ namespace estuary {
 // Query t attends to positions [0, start_pos + t], whose K/V lie at `layer` of `pages`
 // (position p in pages[p / block_size], slot p % block_size). Covers decode (n_queries = 1) and
 // prefill chunks. Preconditions: pages cover start_pos + n_queries positions, n_heads is a
-// multiple of the pool's n_kv_heads. Pure function of its arguments; thread-safe (scratch is
+// multiple of the pool's n_kv_heads; K/V are read from TP shard `shard` of the pool (whose
+// n_kv_heads are that rank's heads, and n_heads the rank's query heads). Pure function of its arguments; thread-safe (scratch is
 // thread-local) as long as nobody writes the positions read.
 void PagedAttention(const float* q, int n_queries, int start_pos, const KvPool& pool,
-                    absl::Span<const int32_t> pages, int layer, int n_heads, float* out);
+                    absl::Span<const int32_t> pages, int layer, int n_heads, float* out,
+                    int shard = 0);
 
 }  // namespace estuary

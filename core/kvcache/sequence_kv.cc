@@ -147,12 +147,12 @@ void SequenceKv::set_length(int n) {
   length_ = n;
 }
 
-void SequenceKv::WriteKv(int layer, int pos, const float* k, const float* v) {
+void SequenceKv::WriteKv(int layer, int pos, const float* k, const float* v, int shard) {
   const int n_kv_heads = pool_->layout().n_kv_heads;
   const size_t bytes = static_cast<size_t>(head_dim_) * sizeof(float);
   for (int h = 0; h < n_kv_heads; ++h) {
-    std::memcpy(k_slot(layer, pos, h), k + static_cast<int64_t>(h) * head_dim_, bytes);
-    std::memcpy(v_slot(layer, pos, h), v + static_cast<int64_t>(h) * head_dim_, bytes);
+    std::memcpy(k_slot(layer, pos, h, shard), k + static_cast<int64_t>(h) * head_dim_, bytes);
+    std::memcpy(v_slot(layer, pos, h, shard), v + static_cast<int64_t>(h) * head_dim_, bytes);
   }
 }
 

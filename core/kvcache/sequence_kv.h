@@ -61,22 +61,25 @@ class SequenceKv {
   const std::vector<int32_t>& pages() const { return pages_; }
   KvPool* pool() const { return pool_; }
 
-  // K (or V) of `kv_head` at `pos`: head_dim floats. Precondition: pos < capacity().
-  float* k_slot(int layer, int pos, int kv_head) {
-    return pool_->k(layer, Page(pos), kv_head) + Slot(pos) * head_dim_;
+  // K (or V) of `kv_head` at `pos` in TP shard `shard` of the pool: head_dim floats.
+  // Precondition: pos < capacity(), shard < pool()->num_shards().
+  float* k_slot(int layer, int pos, int kv_head, int shard = 0) {
+    return pool_->k(layer, Page(pos), kv_head, shard) + Slot(pos) * head_dim_;
   }
-  float* v_slot(int layer, int pos, int kv_head) {
-    return pool_->v(layer, Page(pos), kv_head) + Slot(pos) * head_dim_;
+  float* v_slot(int layer, int pos, int kv_head, int shard = 0) {
+    return pool_->v(layer, Page(pos), kv_head, shard) + Slot(pos) * head_dim_;
   }
-  const float* k_slot(int layer, int pos, int kv_head) const {
-    return static_cast<const KvPool*>(pool_)->k(layer, Page(pos), kv_head) + Slot(pos) * head_dim_;
+  const float* k_slot(int layer, int pos, int kv_head, int shard = 0) const {
+    return static_cast<const KvPool*>(pool_)->k(layer, Page(pos), kv_head, shard) +
+           Slot(pos) * head_dim_;
   }
-  const float* v_slot(int layer, int pos, int kv_head) const {
-    return static_cast<const KvPool*>(pool_)->v(layer, Page(pos), kv_head) + Slot(pos) * head_dim_;
+  const float* v_slot(int layer, int pos, int kv_head, int shard = 0) const {
+    return static_cast<const KvPool*>(pool_)->v(layer, Page(pos), kv_head, shard) +
+           Slot(pos) * head_dim_;
   }
-  // Copies one token's K and V, each [n_kv_heads][head_dim], into position `pos` of `layer`.
-  // Precondition: frozen_tokens() <= pos < capacity().
-  void WriteKv(int layer, int pos, const float* k, const float* v);
+  // Copies one token's K and V, each [n_kv_heads][head_dim] (the shard's heads), into position
+  // `pos` of `layer` of `shard`. Precondition: frozen_tokens() <= pos < capacity().
+  void WriteKv(int layer, int pos, const float* k, const float* v, int shard = 0);
 
   // The last backbone layer `pos`'s KV came from (kProvenanceFullDepth: never exited).
   // Precondition: pos < capacity().

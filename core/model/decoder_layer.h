@@ -20,7 +20,10 @@ using KvTap = std::function<void(int group_index, const float* normed_input, con
 
 // x holds the group's rows ([rows][dim], the tokens of `group` in order) and is updated in place:
 // x += attention(norm(x)); x += mlp(norm(x)). K/V are written through each entry's KvView.
+// `options` supplies the matmul path and, under tensor parallelism, the communicator that
+// completes the o and down projections' partial sums.
 absl::Status RunDecoderLayer(const LlamaModel& model, int layer, const LayerProjections& proj,
+                             const ForwardOptions& options,
                              absl::Span<const BatchEntry* const> group, float* x, int64_t rows,
                              const KvTap& tap = nullptr);
 

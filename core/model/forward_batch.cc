@@ -153,7 +153,7 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
     Gather(entries, row_offset, backbone, x, dim, group);
     if (group.rows > 0) {
       const std::vector<float> h_in = group.x;
-      ESTUARY_RETURN_IF_ERROR(RunDecoderLayer(model, l, model.backbone_projections(l),
+      ESTUARY_RETURN_IF_ERROR(RunDecoderLayer(model, l, model.backbone_projections(l), options,
                                               group.entries, group.x.data(), group.rows));
       int64_t row = 0;
       for (size_t g = 0; g < group.entries.size(); ++g) {
@@ -182,10 +182,11 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
                                       vv);
         };
       }
-      ESTUARY_RETURN_IF_ERROR(RunDecoderLayer(model, l, river->projections(l), group.entries,
-                                              group.x.data(), group.rows, tap));
+      ESTUARY_RETURN_IF_ERROR(RunDecoderLayer(model, l, river->projections(l), options,
+                                              group.entries, group.x.data(), group.rows, tap));
       Scatter(group, row_offset, dim, x);
     }
+    if (options.on_layer_done) options.on_layer_done(l);
   }
 
   // Provenance of every written position: its last backbone layer.
@@ -211,7 +212,8 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
   std::vector<float> normed(last_rows.size());
   k::RmsNorm(last_rows.data(), model.weights().final_norm, n_logits, dim, c.rms_eps,
              normed.data());
-  return k::MatMul(model.weights().lm_head, normed.data(), n_logits, logits.data());
+  return k::MatMul(model.weights().lm_head, normed.data(), n_logits, logits.data(),
+                   options.matmul);
 }
 
 }  // namespace estuary

@@ -12,14 +12,18 @@
 // records its last backbone layer.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "core/kernels/cpu/kernels.h"
 #include "core/model/exit_policy.h"
 #include "core/model/kv_view.h"
 #include "core/model/llama_model.h"
 #include "core/model/river.h"
+#include "core/parallel/communicator.h"
 
 namespace estuary {
 
@@ -52,6 +56,16 @@ struct ForwardOptions {
   const River* river = nullptr;  // no river: every layer on the backbone
   ExitPolicy policy;
   ForwardProbe* probe = nullptr;
+  // Dense projection kernels (prefill asks for kBatchInvariant; decode keeps kFastest).
+  kernels::cpu::MatMulOptions matmul;
+  // Tensor parallelism: when set, `model` (and `river`) are this rank's shard and the partial
+  // outputs of the o and down projections are all-reduced over `comm`, each collective waiting
+  // at most `collective_timeout`. A failed collective fails the step.
+  parallel::Communicator* comm = nullptr;
+  absl::Duration collective_timeout = absl::Seconds(30);
+  // Called after layer `layer` has written the KV of every entry (both paths), in layer order:
+  // the per-layer completion event that KV transfer pushes on.
+  std::function<void(int layer)> on_layer_done;
 };
 
 // Weight bytes one decode step reads when its tokens run `backbone_layers` layers on the

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/model/llama_model.h"
+#include "core/model/sharded_model.h"
 #include "core/sampling/sampler.h"
 #include "core/tokenizer/tokenizer.h"
 
@@ -39,6 +40,8 @@ struct GenerateResult {
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
   double tokens_per_second = 0.0;  // decode tokens per second (after the first token)
+  // Backbone layers each forward step ran (the prompt first); ShardedModel overload only.
+  std::vector<int> backbone_layers;
 };
 
 // Checks a prompt against the model: non-empty, every id inside the vocabulary, and room for
@@ -60,5 +63,12 @@ using TokenCallback = std::function<void(int32_t id)>;
 // vocabulary, a prompt that fills the context, or bad sampling parameters.
 absl::StatusOr<GenerateResult> Generate(const LlamaModel& model, const GenerateRequest& request,
                                         const TokenCallback& on_token = nullptr);
+// The same over a tensor-parallel model (one contiguous cache per rank). `forward` may turn on
+// the exit river (per step, as in decode) or the batch-invariant kernels; by default it runs the
+// backbone with the fastest kernels, as the single-model overload. Fills
+// GenerateResult::backbone_layers.
+absl::StatusOr<GenerateResult> Generate(ShardedModel& model, const GenerateRequest& request,
+                                        const TokenCallback& on_token = nullptr,
+                                        const ShardedForwardOptions& forward = {});
 
 }  // namespace estuary

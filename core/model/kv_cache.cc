@@ -9,16 +9,21 @@
 namespace estuary {
 
 absl::StatusOr<ContiguousKvCache> ContiguousKvCache::Create(const LlamaConfig& config,
-                                                            int capacity) {
+                                                            int capacity, int tp_size) {
+  if (tp_size < 1 || config.n_kv_heads % tp_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache: tensor-parallel size ", tp_size,
+                                                   " does not divide ", config.n_kv_heads,
+                                                   " KV heads"));
+  }
   if (capacity <= 0 || capacity > config.max_seq_len) {
     return absl::InvalidArgumentError(absl::StrCat("KV cache capacity ", capacity,
                                                    " outside [1, ", config.max_seq_len, "]"));
   }
   ContiguousKvCache cache;
   cache.capacity_ = capacity;
-  cache.n_kv_heads_ = config.n_kv_heads;
+  cache.n_kv_heads_ = config.n_kv_heads / tp_size;
   cache.head_dim_ = config.head_dim;
-  cache.position_stride_ = static_cast<int64_t>(config.n_kv_heads) * config.head_dim;
+  cache.position_stride_ = static_cast<int64_t>(cache.n_kv_heads_) * config.head_dim;
   const size_t elements =
       static_cast<size_t>(config.n_layers) * static_cast<size_t>(capacity) *
       static_cast<size_t>(cache.position_stride_);

@@ -14,9 +14,11 @@ namespace estuary {
 
 class ContiguousKvCache final : public KvView {
  public:
-  // Room for `capacity` positions (at most the model's context). RESOURCE_EXHAUSTED when the
-  // allocation fails.
-  static absl::StatusOr<ContiguousKvCache> Create(const LlamaConfig& config, int capacity);
+  // Room for `capacity` positions (at most the model's context) of the KV heads of one of
+  // `tp_size` tensor-parallel ranks (all heads for 1). RESOURCE_EXHAUSTED when the allocation
+  // fails; INVALID_ARGUMENT when tp_size does not divide the KV heads.
+  static absl::StatusOr<ContiguousKvCache> Create(const LlamaConfig& config, int capacity,
+                                                  int tp_size = 1);
 
   int capacity() const override { return capacity_; }
   void Write(int layer, int pos, const float* k, const float* v) override;

@@ -7,7 +7,7 @@ namespace estuary {
 void PagedKvView::Attend(int layer, const float* q, int n_queries, int start_pos, int n_heads,
                          float* out) const {
   PagedAttention(q, n_queries, start_pos, *sequence_->pool(), sequence_->pages(), layer, n_heads,
-                 out);
+                 out, shard_);
 }
 
 }  // namespace estuary

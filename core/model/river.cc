@@ -4,16 +4,43 @@
 #include "absl/time/clock.h"
 #include "core/common/logging.h"
 #include "core/common/status_macros.h"
+#include "core/model/tensor_parallel.h"
 
 namespace estuary {
 
+namespace {
+
+// `weight` quantized as `blocks` column blocks of equal width.
+absl::StatusOr<std::vector<Int4Matrix>> QuantizeColumnBlocks(const Tensor& weight, int blocks,
+                                                             const Int4QuantOptions& options) {
+  std::vector<Int4Matrix> out;
+  if (blocks == 1) {
+    ESTUARY_ASSIGN_OR_RETURN(Int4Matrix m, Int4Matrix::Quantize(weight, options));
+    out.push_back(std::move(m));
+    return out;
+  }
+  const int64_t width = weight.dim(1) / blocks;
+  for (int b = 0; b < blocks; ++b) {
+    ESTUARY_ASSIGN_OR_RETURN(Tensor block, CopyColumns(weight, b * width, (b + 1) * width));
+    ESTUARY_ASSIGN_OR_RETURN(Int4Matrix m, Int4Matrix::Quantize(block, options));
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<River>> River::Build(const LlamaWeights& weights,
                                                     const Int4QuantOptions& options,
-                                                    int first_layer) {
+                                                    int first_layer, int row_parallel_blocks) {
   const int n_layers = static_cast<int>(weights.layers.size());
   if (first_layer < 0 || first_layer > n_layers) {
     return absl::InvalidArgumentError(
         absl::StrCat("river first layer ", first_layer, " outside [0, ", n_layers, "]"));
+  }
+  if (row_parallel_blocks < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("river row-parallel blocks ", row_parallel_blocks, " must be >= 1"));
   }
   const absl::Time start = absl::Now();
   std::unique_ptr<River> river(new River(options, first_layer));
@@ -22,12 +49,14 @@ absl::StatusOr<std::unique_ptr<River>> River::Build(const LlamaWeights& weights,
     ESTUARY_ASSIGN_OR_RETURN(Int4Matrix wq, Int4Matrix::Quantize(w.wq, options));
     ESTUARY_ASSIGN_OR_RETURN(Int4Matrix wk, Int4Matrix::Quantize(w.wk, options));
     ESTUARY_ASSIGN_OR_RETURN(Int4Matrix wv, Int4Matrix::Quantize(w.wv, options));
-    ESTUARY_ASSIGN_OR_RETURN(Int4Matrix wo, Int4Matrix::Quantize(w.wo, options));
+    ESTUARY_ASSIGN_OR_RETURN(std::vector<Int4Matrix> wo,
+                             QuantizeColumnBlocks(w.wo, row_parallel_blocks, options));
     ESTUARY_ASSIGN_OR_RETURN(Int4Matrix w_gate, Int4Matrix::Quantize(w.w_gate, options));
     ESTUARY_ASSIGN_OR_RETURN(Int4Matrix w_up, Int4Matrix::Quantize(w.w_up, options));
-    ESTUARY_ASSIGN_OR_RETURN(Int4Matrix w_down, Int4Matrix::Quantize(w.w_down, options));
-    river->layers_.push_back(Layer{std::move(wq), std::move(wk), std::move(wv), std::move(wo),
-                                   std::move(w_gate), std::move(w_up), std::move(w_down)});
+    ESTUARY_ASSIGN_OR_RETURN(std::vector<Int4Matrix> w_down,
+                             QuantizeColumnBlocks(w.w_down, row_parallel_blocks, options));
+    river->layers_.push_back(Layer{std::move(wq), std::move(wk), std::move(wv), std::move(w_gate),
+                                   std::move(w_up), std::move(wo), std::move(w_down)});
   }
   ESTUARY_LOG(INFO) << "exit river: " << (n_layers - first_layer) << " layers quantized to int4 "
                     << "(group " << options.group_size << (options.refine ? ", refined" : ", RTN")
@@ -38,9 +67,10 @@ absl::StatusOr<std::unique_ptr<River>> River::Build(const LlamaWeights& weights,
 
 LayerProjections River::projections(int layer) const {
   const Layer& l = layers_[static_cast<size_t>(layer - first_layer_)];
-  return LayerProjections{Linear::Int4(l.wq),     Linear::Int4(l.wk),   Linear::Int4(l.wv),
-                          Linear::Int4(l.wo),     Linear::Int4(l.w_gate), Linear::Int4(l.w_up),
-                          Linear::Int4(l.w_down)};
+  return LayerProjections{Linear::Int4(l.wq),         Linear::Int4(l.wk),
+                          Linear::Int4(l.wv),         Linear::Int4Blocks(l.wo),
+                          Linear::Int4(l.w_gate),     Linear::Int4(l.w_up),
+                          Linear::Int4Blocks(l.w_down)};
 }
 
 const Int4Matrix& River::matrix(int layer, RiverProjection which) const {
@@ -53,13 +83,13 @@ const Int4Matrix& River::matrix(int layer, RiverProjection which) const {
     case RiverProjection::kV:
       return l.wv;
     case RiverProjection::kO:
-      return l.wo;
+      return l.wo[0];
     case RiverProjection::kGate:
       return l.w_gate;
     case RiverProjection::kUp:
       return l.w_up;
     case RiverProjection::kDown:
-      return l.w_down;
+      return l.w_down[0];
   }
   return l.wq;
 }

@@ -21,10 +21,14 @@ enum class RiverProjection : uint8_t { kQ, kK, kV, kO, kGate, kUp, kDown };
 class River {
  public:
   // Quantizes layers [first_layer, n_layers) of `weights`. Layers below `first_layer` have no
-  // river copy (a token cannot exit before them). Logs the time taken and the bytes.
+  // river copy (a token cannot exit before them). With row_parallel_blocks B > 1 the o and down
+  // projections are quantized as B column blocks each (groups never straddle a block) and
+  // applied blockwise (linear.h), matching the rivers that B tensor-parallel ranks build from
+  // their shards. Logs the time taken and the bytes.
   static absl::StatusOr<std::unique_ptr<River>> Build(const LlamaWeights& weights,
                                                       const Int4QuantOptions& options,
-                                                      int first_layer = 0);
+                                                      int first_layer = 0,
+                                                      int row_parallel_blocks = 1);
 
   int first_layer() const { return first_layer_; }
   int n_layers() const { return static_cast<int>(layers_.size()) + first_layer_; }
@@ -33,14 +37,15 @@ class River {
   LayerProjections projections(int layer) const;
   // Bytes of the int4 weights (with their scales and offsets) of one layer / of all layers.
   int64_t layer_bytes(int layer) const { return projections(layer).bytes(); }
-  // One int4 matrix of `layer` (for evaluation and tests).
+  // One int4 matrix of `layer` (for evaluation and tests); block 0 of a blocked o / down.
   const Int4Matrix& matrix(int layer, RiverProjection which) const;
   int64_t bytes() const;
   const Int4QuantOptions& options() const { return options_; }
 
  private:
   struct Layer {
-    Int4Matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+    Int4Matrix wq, wk, wv, w_gate, w_up;
+    std::vector<Int4Matrix> wo, w_down;  // column blocks (one unless row-parallel blocked)
   };
   River(Int4QuantOptions options, int first_layer) : options_(options), first_layer_(first_layer) {}
 

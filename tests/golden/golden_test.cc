@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/golden_cases.h"
 #include "tests/testing/subprocess.h"
 
 namespace estuary {
@@ -21,40 +22,10 @@ namespace fs = std::filesystem;
 using ::estuary::testing::BinaryPath;
 using ::estuary::testing::RunProcess;
 
-struct GoldenCase {
-  std::string model;  // folder name under ../shared/models
-  int index = 0;
-  std::string prompt;
-  std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> completion_ids;
-};
+using ::estuary::testing::AllGoldenCases;
+using ::estuary::testing::GoldenCase;
 
-// Short names in test output instead of gtest's byte dump.
-void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.model << " case " << c.index; }
-
-std::string ModelDir(const std::string& model) { return "../shared/models/" + model; }
-
-std::vector<GoldenCase> LoadCases(const std::string& model) {
-  std::ifstream in(ModelDir(model) + "/golden.json");
-  const nlohmann::json golden = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  std::vector<GoldenCase> cases;
-  if (!golden.is_object() || !golden.contains("cases")) return cases;
-  int index = 0;
-  for (const auto& c : golden["cases"]) {
-    cases.push_back({model, index++, c["prompt"].get<std::string>(),
-                     c["prompt_ids"].get<std::vector<int32_t>>(),
-                     c["completion_ids"].get<std::vector<int32_t>>()});
-  }
-  return cases;
-}
-
-std::vector<GoldenCase> AllCases() {
-  std::vector<GoldenCase> all;
-  for (const char* model : {"stories260K", "stories12L"}) {
-    for (GoldenCase& c : LoadCases(model)) all.push_back(std::move(c));
-  }
-  return all;
-}
+std::string ModelDir(const std::string& model) { return ::estuary::testing::GoldenModelDir(model); }
 
 struct Generated {
   std::vector<int32_t> prompt_ids;
@@ -135,13 +106,22 @@ TEST_P(GoldenTest, ConvertedF32HuggingFaceFolderMatchesGoldenIds) {
   EXPECT_EQ(got.completion_ids, c.completion_ids);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shipped, GoldenTest, ::testing::ValuesIn(AllCases()), CaseName);
+// Tensor parallelism over two CPU ranks (threads of the one process) gives the golden ids too.
+TEST_P(GoldenTest, TensorParallelSizeTwoMatchesGoldenIds) {
+  const GoldenCase& c = GetParam();
+  const Generated got =
+      RunGenerate(ModelDir(c.model), c.prompt, {"--tensor-parallel-size", "2"});
+  EXPECT_EQ(got.prompt_ids, c.prompt_ids);
+  EXPECT_EQ(got.completion_ids, c.completion_ids);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shipped, GoldenTest, ::testing::ValuesIn(AllGoldenCases()), CaseName);
 
 // bf16 weights: report the share of golden tokens reproduced, position by position.
 TEST(GoldenBf16Test, ShareOfIdenticalTokens) {
-  for (const char* model : {"stories260K", "stories12L"}) {
+  for (const std::string& model : ::estuary::testing::GoldenModels()) {
     size_t same = 0, total = 0, prefix_same = 0;
-    for (const GoldenCase& c : LoadCases(model)) {
+    for (const GoldenCase& c : ::estuary::testing::LoadGoldenCases(model)) {
       const Generated got = RunGenerate(Converted(model, "bf16"), c.prompt);
       EXPECT_EQ(got.prompt_ids, c.prompt_ids);
       const size_t n = std::max(got.completion_ids.size(), c.completion_ids.size());

@@ -24,8 +24,22 @@ void SetCpuThreads(int threads);
 // (prefill) a GEMM through OpenBLAS (bf16/f16 weights are widened to f32 a panel at a time),
 // whose per-call packing of the weight costs more than it saves for a few tokens.
 // INVALID_ARGUMENT when shapes or dtypes do not fit (weight must be a rank-2 host tensor).
+//
+// With MatMulPath::kBatchInvariant every token's row of y is bitwise the same whatever n_tokens
+// is and whichever other tokens share the call: all sizes run the batched GEMV (whose
+// accumulation order per output element does not depend on the token count, unlike OpenBLAS,
+// whose small-matrix kernels and blocking change with the shape), its rows split over
+// `threads` threads. Prefill uses it so that a prompt gives the same KV whatever its chunking.
+enum class MatMulPath {
+  kFastest,         // GEMV / batched GEMV / sgemm by token count, as above
+  kBatchInvariant,  // batched GEMV at every size, row blocks on `threads` threads
+};
+struct MatMulOptions {
+  MatMulPath path = MatMulPath::kFastest;
+  int threads = 1;  // kBatchInvariant only; kFastest's sgemm uses SetCpuThreads()
+};
 [[nodiscard]] absl::Status MatMul(const Tensor& weight, const float* x, int64_t n_tokens,
-                                  float* y);
+                                  float* y, const MatMulOptions& options = {});
 
 // The decode GEMV over bf16 weights: y[o] = sum_i w[o*cols + i] * x[i]. Highway dynamic dispatch.
 void GemvBf16(const uint16_t* w, const float* x, int64_t rows, int64_t cols, float* y);

@@ -266,6 +266,30 @@ TEST(GemvBatchTest, EveryCompiledTargetMatchesReference) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// kBatchInvariant: a token's output bits do not depend on how many tokens share the call, nor
+// on the thread count (what makes chunked prefill write the same KV whatever the chunk size).
+TEST(MatMulTest, BatchInvariantPathGivesTheSameBitsForAnyBatch) {
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const int64_t rows = 300, cols = 200, n = 70;
+    const Tensor w = MakeTensor(dtype, {rows, cols}, RandomVector(rows * cols, 3));
+    const std::vector<float> x = RandomVector(n * cols, 4);
+    std::vector<float> whole(static_cast<size_t>(n * rows));
+    ASSERT_TRUE(MatMul(w, x.data(), n, whole.data(), {MatMulPath::kBatchInvariant, 1}).ok());
+    for (const int chunk : {1, 3, 16, 64}) {
+      for (const int threads : {1, 2}) {
+        std::vector<float> y(whole.size());
+        for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+          const int64_t m = std::min<int64_t>(chunk, n - t0);
+          ASSERT_TRUE(MatMul(w, x.data() + t0 * cols, m, y.data() + t0 * rows,
+                             {MatMulPath::kBatchInvariant, threads})
+                          .ok());
+        }
+        EXPECT_EQ(y, whole) << DTypeName(dtype) << " chunk " << chunk << " threads " << threads;
+      }
+    }
+  }
+}
+
 TEST(MatMulTest, RejectsBadWeights) {
   const std::vector<float> x(8, 1.0f);
   std::vector<float> y(8);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -74,6 +76,38 @@ void SgemmXWt(const float* x, const float* w, int64_t n_tokens, int64_t n_out, i
               static_cast<blasint>(ldy));
 }
 
+// Below this many multiply-adds a call is not worth a second thread.
+constexpr int64_t kMinFmasPerThread = int64_t{1} << 20;
+
+// The batch-invariant path: rows [0, n_out) in `threads` contiguous blocks, each block's batched
+// GEMV on its own thread into its own scratch, then copied into its columns of y. Splitting rows
+// changes nothing in any element's accumulation order.
+void BatchInvariantMatMul(const Tensor& weight, const float* x, int64_t n_tokens, int64_t n_out,
+                          int64_t n_in, int threads, float* y) {
+  const int64_t by_work = std::max<int64_t>(1, n_tokens * n_out * n_in / kMinFmasPerThread);
+  const int64_t blocks = std::min<int64_t>({std::max(threads, 1), by_work, n_out});
+  if (blocks <= 1) {
+    GemvBatch(weight, x, n_tokens, n_out, n_in, y);
+    return;
+  }
+  auto run_block = [&](int64_t b) {
+    const int64_t begin = n_out * b / blocks, end = n_out * (b + 1) / blocks;
+    const int64_t rows = end - begin;
+    const absl::StatusOr<Tensor> slice = weight.Rows(begin, end);  // in range by construction
+    std::vector<float> out(static_cast<size_t>(n_tokens * rows));
+    GemvBatch(*slice, x, n_tokens, rows, n_in, out.data());
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      std::memcpy(y + t * n_out + begin, out.data() + t * rows,
+                  static_cast<size_t>(rows) * sizeof(float));
+    }
+  };
+  std::vector<std::thread> helpers;
+  helpers.reserve(static_cast<size_t>(blocks - 1));
+  for (int64_t b = 1; b < blocks; ++b) helpers.emplace_back(run_block, b);
+  run_block(0);
+  for (std::thread& t : helpers) t.join();
+}
+
 std::vector<float>& PanelScratch() {
   thread_local std::vector<float> panel;
   return panel;
@@ -88,7 +122,8 @@ void SetCpuThreads(int threads) {
   openblas_set_num_threads(threads > 0 ? threads : library_default);
 }
 
-absl::Status MatMul(const Tensor& weight, const float* x, int64_t n_tokens, float* y) {
+absl::Status MatMul(const Tensor& weight, const float* x, int64_t n_tokens, float* y,
+                    const MatMulOptions& options) {
   if (!weight.defined() || weight.rank() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("MatMul needs a rank-2 weight, got ",
@@ -115,6 +150,10 @@ absl::Status MatMul(const Tensor& weight, const float* x, int64_t n_tokens, floa
     return absl::OkStatus();
   }
 
+  if (options.path == MatMulPath::kBatchInvariant) {
+    BatchInvariantMatMul(weight, x, n_tokens, n_out, n_in, options.threads, y);
+    return absl::OkStatus();
+  }
   if (n_tokens == 1) {
     Gemv(weight, x, n_out, n_in, y);
     return absl::OkStatus();

@@ -1,0 +1,33 @@
+#include "tests/testing/golden_cases.h"
+
+#include <fstream>
+
+#include "nlohmann/json.hpp"
+
+namespace estuary::testing {
+
+std::string GoldenModelDir(const std::string& model) { return "../shared/models/" + model; }
+
+std::vector<GoldenCase> LoadGoldenCases(const std::string& model) {
+  std::ifstream in(GoldenModelDir(model) + "/golden.json");
+  const nlohmann::json golden = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::vector<GoldenCase> cases;
+  if (!golden.is_object() || !golden.contains("cases")) return cases;
+  int index = 0;
+  for (const auto& c : golden["cases"]) {
+    cases.push_back({model, index++, c["prompt"].get<std::string>(),
+                     c["prompt_ids"].get<std::vector<int32_t>>(),
+                     c["completion_ids"].get<std::vector<int32_t>>()});
+  }
+  return cases;
+}
+
+std::vector<GoldenCase> AllGoldenCases() {
+  std::vector<GoldenCase> all;
+  for (const std::string& model : GoldenModels()) {
+    for (GoldenCase& c : LoadGoldenCases(model)) all.push_back(std::move(c));
+  }
+  return all;
+}
+
+}  // namespace estuary::testing
