@@ -57,22 +57,37 @@ absl::Status DecodeEngineOptions::Validate(const LlamaConfig& config) const {
 }
 
 absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
+    ShardedModel& model, const DecodeEngineOptions& options, TokenSink sink) {
+  ESTUARY_RETURN_IF_ERROR(options.Validate(model.config()));
+  const int tp = model.tp_size();
+  ESTUARY_ASSIGN_OR_RETURN(
+      std::unique_ptr<KvPool> pool,
+      KvPool::Create(KvLayout::FromConfig(model.config(), options.block_size, tp),
+                     options.kv_cache_bytes, tp));
+  return std::unique_ptr<DecodeEngine>(
+      new DecodeEngine(model, nullptr, options, std::move(sink), std::move(pool)));
+}
+
+absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
     const LlamaModel& model, const River* river, const DecodeEngineOptions& options,
     TokenSink sink) {
   ESTUARY_RETURN_IF_ERROR(options.Validate(model.config()));
+  std::unique_ptr<ShardedModel> borrowed = ShardedModel::Borrow(model, river);
   ESTUARY_ASSIGN_OR_RETURN(
       std::unique_ptr<KvPool> pool,
       KvPool::Create(KvLayout::FromConfig(model.config(), options.block_size),
                      options.kv_cache_bytes));
+  ShardedModel& ref = *borrowed;
   return std::unique_ptr<DecodeEngine>(
-      new DecodeEngine(model, river, options, std::move(sink), std::move(pool)));
+      new DecodeEngine(ref, std::move(borrowed), options, std::move(sink), std::move(pool)));
 }
 
-DecodeEngine::DecodeEngine(const LlamaModel& model, const River* river,
+DecodeEngine::DecodeEngine(ShardedModel& model, std::unique_ptr<ShardedModel> borrowed,
                            const DecodeEngineOptions& options, TokenSink sink,
                            std::unique_ptr<KvPool> pool)
-    : model_(model),
-      river_(river),
+    : borrowed_(std::move(borrowed)),
+      model_(model),
+      use_river_(model.river(0) != nullptr),
       options_(options),
       sink_(std::move(sink)),
       pool_(std::move(pool)),
@@ -127,7 +142,7 @@ void DecodeEngine::DrainInbox() {
     aborts.swap(abort_inbox_);
   }
   for (DecodeRequest& request : requests) {
-    const bool exits = river_ != nullptr && !request.exit_disabled;
+    const bool exits = use_river_ && !request.exit_disabled;
     const float tau =
         exits ? request.exit_threshold.value_or(options_.exit.default_threshold) : 2.0f;
     waiting_.push_back(
@@ -176,11 +191,24 @@ void DecodeEngine::Admit() {
   }
 }
 
+absl::Status DecodeEngine::Forward(const std::vector<Sequence*>& batch,
+                                   absl::Span<const BatchEntry> entries,
+                                   const ShardedForwardOptions& forward, absl::Span<float> logits,
+                                   absl::Span<EntryOutcome> outcomes) {
+  // views[rank][i]: rank `rank`'s view of batch[i]'s pages.
+  std::vector<std::vector<PagedKvView>> views(static_cast<size_t>(model_.tp_size()));
+  for (int rank = 0; rank < model_.tp_size(); ++rank) {
+    for (Sequence* s : batch) views[static_cast<size_t>(rank)].emplace_back(&s->kv, rank);
+  }
+  return model_.Forward(
+      entries,
+      [&](int rank, size_t entry) -> KvView* { return &views[static_cast<size_t>(rank)][entry]; },
+      forward, logits, outcomes);
+}
+
 absl::Status DecodeEngine::PrefillStep() {
   std::vector<Sequence*> batch;
   std::vector<BatchEntry> entries;
-  std::vector<PagedKvView> views;
-  views.reserve(running_.size());
   int budget = options_.max_num_batched_tokens;
   for (auto& owned : running_) {
     Sequence& s = *owned;
@@ -188,11 +216,9 @@ absl::Status DecodeEngine::PrefillStep() {
     const int begin = s.kv.length();
     const int end = std::min(s.PrefillTarget(), begin + budget);
     budget -= end - begin;
-    views.emplace_back(&s.kv);
     BatchEntry entry;
     entry.tokens = absl::MakeConstSpan(s.tokens.data() + begin, static_cast<size_t>(end - begin));
     entry.start_pos = begin;
-    entry.kv = &views.back();
     entry.exit_threshold = 2.0f;  // prefill runs the full backbone (design §5)
     entry.want_logits = end == s.PrefillTarget() && s.generated == 0;
     entries.push_back(entry);
@@ -207,10 +233,10 @@ absl::Status DecodeEngine::PrefillStep() {
   std::vector<EntryOutcome> outcomes(entries.size());
   // Prefill runs the full backbone (τ above 1 for every entry); the river is there only for the
   // layers that are not resident (--resident-backbone-layers), where the exit is forced.
-  ForwardOptions forward;
-  forward.river = river_;
-  if (absl::Status status = ForwardBatch(model_, entries, forward, absl::MakeSpan(logits),
-                                         absl::MakeSpan(outcomes));
+  ShardedForwardOptions forward;
+  forward.use_river = use_river_;
+  if (absl::Status status =
+          Forward(batch, entries, forward, absl::MakeSpan(logits), absl::MakeSpan(outcomes));
       !status.ok()) {
     FailAll(batch, status);
     return status;
@@ -274,26 +300,22 @@ absl::Status DecodeEngine::DecodeStep() {
               batch.end());
   if (batch.empty()) return absl::OkStatus();
 
-  std::vector<PagedKvView> views;
-  views.reserve(batch.size());
   std::vector<BatchEntry> entries;
   for (Sequence* s : batch) {
-    views.emplace_back(&s->kv);
     BatchEntry entry;
     entry.tokens = absl::MakeConstSpan(&s->tokens.back(), 1);
     entry.start_pos = s->kv.length();
-    entry.kv = &views.back();
     entry.exit_threshold = s->exit_threshold;
     entries.push_back(entry);
   }
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
   std::vector<float> logits(entries.size() * vocab);
   std::vector<EntryOutcome> outcomes(entries.size());
-  ForwardOptions forward;
-  forward.river = river_;
+  ShardedForwardOptions forward;
+  forward.use_river = use_river_;
   forward.policy = options_.exit;
-  if (absl::Status status = ForwardBatch(model_, entries, forward, absl::MakeSpan(logits),
-                                         absl::MakeSpan(outcomes));
+  if (absl::Status status =
+          Forward(batch, entries, forward, absl::MakeSpan(logits), absl::MakeSpan(outcomes));
       !status.ok()) {
     FailAll(batch, status);
     return status;

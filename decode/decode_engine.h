@@ -9,8 +9,11 @@
 // newest running sequence is preempted: its pages are freed and it is recomputed later from its
 // tokens (nothing the client saw changes).
 //
+// Tensor parallelism: the engine drives a ShardedModel; its pool has one shard per rank (one
+// page table), and every forward step runs on all ranks (sharded_model.h).
+//
 // Threading: Submit() and Abort() may be called from any thread; Step() and the TokenSink run
-// on one engine thread. The model, river and pool must outlive the engine.
+// on one engine thread. The model and river must outlive the engine; the engine owns the pool.
 
 #include <cstdint>
 #include <deque>
@@ -26,6 +29,7 @@
 #include "core/model/exit_policy.h"
 #include "core/model/llama_model.h"
 #include "core/model/river.h"
+#include "core/model/sharded_model.h"
 #include "decode/decode_request.h"
 #include "decode/exit_stats.h"
 
@@ -44,7 +48,12 @@ struct DecodeEngineOptions {
 
 class DecodeEngine {
  public:
-  // `river` may be null (no early exit). Allocates the KV pool once.
+  // Runs on `model`'s ranks, with its exit river when one was built (BuildRiver). Allocates the
+  // KV pool once, `options.kv_cache_bytes` over all ranks.
+  static absl::StatusOr<std::unique_ptr<DecodeEngine>> Create(ShardedModel& model,
+                                                              const DecodeEngineOptions& options,
+                                                              TokenSink sink);
+  // TP 1 over a plain model; `river` may be null (no early exit).
   static absl::StatusOr<std::unique_ptr<DecodeEngine>> Create(const LlamaModel& model,
                                                               const River* river,
                                                               const DecodeEngineOptions& options,
@@ -75,8 +84,12 @@ class DecodeEngine {
  private:
   struct Sequence;
 
-  DecodeEngine(const LlamaModel& model, const River* river, const DecodeEngineOptions& options,
-               TokenSink sink, std::unique_ptr<KvPool> pool);
+  DecodeEngine(ShardedModel& model, std::unique_ptr<ShardedModel> borrowed,
+               const DecodeEngineOptions& options, TokenSink sink, std::unique_ptr<KvPool> pool);
+  // One forward step of `entries` over the sequences' pages on every rank.
+  absl::Status Forward(const std::vector<Sequence*>& batch, absl::Span<const BatchEntry> entries,
+                       const ShardedForwardOptions& forward, absl::Span<float> logits,
+                       absl::Span<EntryOutcome> outcomes);
 
   void DrainInbox();
   void Admit();
@@ -90,8 +103,9 @@ class DecodeEngine {
   void FailAll(std::vector<Sequence*>& sequences, const absl::Status& status);
   void RemoveFinished();
 
-  const LlamaModel& model_;
-  const River* river_;
+  std::unique_ptr<ShardedModel> borrowed_;  // Create(LlamaModel&, ...) only; model_ points here
+  ShardedModel& model_;
+  const bool use_river_;
   DecodeEngineOptions options_;
   TokenSink sink_;
   std::unique_ptr<KvPool> pool_;

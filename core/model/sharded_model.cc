@@ -27,14 +27,14 @@ absl::StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::Create(
       options.threads_per_rank > 0 ? options.threads_per_rank : std::max(1, cores / tp);
   sharded->collective_timeout_ = options.collective_timeout;
   if (tp == 1) {
-    sharded->shards_.push_back(std::move(model));
+    sharded->owned_shards_.push_back(std::move(model));
   } else {
     for (int r = 0; r < tp; ++r) {
       ESTUARY_ASSIGN_OR_RETURN(LlamaWeights weights,
                                ShardWeights(model->config(), model->weights(), {r, tp}));
       ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> shard,
                                LlamaModel::Create(model->config(), std::move(weights), {r, tp}));
-      sharded->shards_.push_back(std::move(shard));
+      sharded->owned_shards_.push_back(std::move(shard));
     }
     ESTUARY_ASSIGN_OR_RETURN(sharded->group_, parallel::CpuCommunicatorGroup::Create(tp));
   }
@@ -43,12 +43,25 @@ absl::StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::Create(
     return absl::InvalidArgumentError(absl::StrCat("reduction blocks ", blocks,
                                                    " must be a multiple of the TP size ", tp));
   }
-  ESTUARY_RETURN_IF_ERROR(CheckTensorParallelSize(sharded->config(), blocks));
-  for (std::unique_ptr<LlamaModel>& shard : sharded->shards_) {
+  ESTUARY_RETURN_IF_ERROR(CheckTensorParallelSize(sharded->owned_shards_[0]->config(), blocks));
+  for (std::unique_ptr<LlamaModel>& shard : sharded->owned_shards_) {
     ESTUARY_RETURN_IF_ERROR(shard->SplitRowParallel(blocks / tp));
+    sharded->shards_.push_back(shard.get());
   }
   sharded->rivers_.resize(static_cast<size_t>(tp));
+  sharded->owned_rivers_.resize(static_cast<size_t>(tp));
   sharded->threads_ = std::make_unique<parallel::RankThreads>(tp);
+  return sharded;
+}
+
+std::unique_ptr<ShardedModel> ShardedModel::Borrow(const LlamaModel& model, const River* river) {
+  std::unique_ptr<ShardedModel> sharded(new ShardedModel());
+  sharded->shards_ = {&model};
+  sharded->rivers_ = {river};
+  sharded->owned_rivers_.resize(1);
+  sharded->threads_per_rank_ = 1;
+  sharded->collective_timeout_ = absl::Seconds(30);
+  sharded->threads_ = std::make_unique<parallel::RankThreads>(1);
   return sharded;
 }
 
@@ -56,17 +69,22 @@ ShardedModel::~ShardedModel() = default;
 
 absl::Status ShardedModel::BuildRiver(const Int4QuantOptions& options, int first_layer) {
   for (size_t r = 0; r < shards_.size(); ++r) {
-    ESTUARY_ASSIGN_OR_RETURN(rivers_[r], River::Build(shards_[r]->weights(), options, first_layer,
-                                                      shards_[r]->row_parallel_blocks()));
+    ESTUARY_ASSIGN_OR_RETURN(owned_rivers_[r],
+                             River::Build(shards_[r]->weights(), options, first_layer,
+                                          shards_[r]->row_parallel_blocks()));
+    rivers_[r] = owned_rivers_[r].get();
   }
   return absl::OkStatus();
 }
 
-const River* ShardedModel::river(int rank) const { return rivers_[static_cast<size_t>(rank)].get(); }
+const River* ShardedModel::river(int rank) const { return rivers_[static_cast<size_t>(rank)]; }
 
 absl::StatusOr<int64_t> ShardedModel::ReleaseBackboneLayersFrom(int resident_layers) {
+  if (owned_shards_.empty()) {
+    return absl::FailedPreconditionError("a borrowed model's backbone cannot be released here");
+  }
   int64_t released = 0;
-  for (const std::unique_ptr<LlamaModel>& shard : shards_) {
+  for (const std::unique_ptr<LlamaModel>& shard : owned_shards_) {
     ESTUARY_ASSIGN_OR_RETURN(const int64_t bytes, shard->ReleaseBackboneLayersFrom(resident_layers));
     released += bytes;
   }
@@ -95,7 +113,7 @@ absl::Status ShardedModel::Forward(absl::Span<const BatchEntry> entries, const K
       if (rank != 0) local[e].want_logits = false;  // the LM head runs on rank 0 only
     }
     ForwardOptions forward;
-    forward.river = options.use_river ? rivers_[static_cast<size_t>(rank)].get() : nullptr;
+    forward.river = options.use_river ? rivers_[static_cast<size_t>(rank)] : nullptr;
     forward.policy = options.policy;
     forward.matmul = {options.matmul_path, threads_per_rank_};
     forward.comm = group_ != nullptr ? &group_->rank(rank) : nullptr;

@@ -67,6 +67,9 @@ class ShardedModel {
   // INVALID_ARGUMENT when tp_size does not divide the model's heads, KV heads or MLP width.
   static absl::StatusOr<std::unique_ptr<ShardedModel>> Create(std::unique_ptr<LlamaModel> model,
                                                               const ShardedModelOptions& options);
+  // TP 1 over a model (and optional river) the caller owns and keeps alive: for engines and
+  // tools that were handed a plain LlamaModel. ReleaseBackboneLayersFrom is not available.
+  static std::unique_ptr<ShardedModel> Borrow(const LlamaModel& model, const River* river);
   ~ShardedModel();
 
   int tp_size() const { return static_cast<int>(shards_.size()); }
@@ -93,8 +96,10 @@ class ShardedModel {
  private:
   ShardedModel() = default;
 
-  std::vector<std::unique_ptr<LlamaModel>> shards_;
-  std::vector<std::unique_ptr<River>> rivers_;
+  std::vector<const LlamaModel*> shards_;  // [rank]; owned_shards_ or borrowed
+  std::vector<const River*> rivers_;       // [rank]; owned_rivers_ or borrowed; null: none
+  std::vector<std::unique_ptr<LlamaModel>> owned_shards_;
+  std::vector<std::unique_ptr<River>> owned_rivers_;
   int threads_per_rank_ = 1;
   absl::Duration collective_timeout_;
   std::unique_ptr<parallel::RankThreads> threads_;
