@@ -40,6 +40,13 @@ struct DecodeEngine::Sequence {
   bool preempted = false;
 };
 
+// A sequence whose prompt KV is being pushed by a prefill worker.
+struct DecodeEngine::Reserved {
+  std::unique_ptr<Sequence> sequence;
+  absl::Time lease_deadline;
+  int32_t first_token = -1;
+};
+
 absl::Status DecodeEngineOptions::Validate(const LlamaConfig& config) const {
   if (max_num_seqs < 1 || max_num_seqs > 4096) {
     return absl::InvalidArgumentError(
@@ -99,8 +106,7 @@ DecodeEngine::~DecodeEngine() {
   waiting_.clear();
 }
 
-absl::Status DecodeEngine::Submit(DecodeRequest request) {
-  const LlamaConfig& c = model_.config();
+absl::Status DecodeEngine::ValidateRequest(const DecodeRequest& request) const {
   ESTUARY_RETURN_IF_ERROR(ValidatePromptIds(model_.config(), request.prompt_ids));
   if (request.max_tokens < 1) {
     return absl::InvalidArgumentError(
@@ -112,6 +118,11 @@ absl::Status DecodeEngine::Submit(DecodeRequest request) {
     return absl::InvalidArgumentError(absl::StrCat("exit threshold ", *request.exit_threshold,
                                                    " must be in [-1, 2]"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeEngine::Submit(DecodeRequest request) {
+  ESTUARY_RETURN_IF_ERROR(ValidateRequest(request));
   absl::MutexLock lock(&inbox_mu_);
   if (!live_ids_.insert(request.request_id).second) {
     return absl::InvalidArgumentError(
@@ -119,6 +130,100 @@ absl::Status DecodeEngine::Submit(DecodeRequest request) {
   }
   inbox_.push_back(std::move(request));
   return absl::OkStatus();
+}
+
+std::unique_ptr<DecodeEngine::Sequence> DecodeEngine::NewSequence(DecodeRequest request) {
+  const bool exits = use_river_ && !request.exit_disabled;
+  const float tau = exits ? request.exit_threshold.value_or(options_.exit.default_threshold) : 2.0f;
+  const int64_t arrival = arrivals_.fetch_add(1);
+  return std::make_unique<Sequence>(std::move(request), pool_.get(), arrival, tau);
+}
+
+absl::StatusOr<DecodeEngine::Reservation> DecodeEngine::Reserve(DecodeRequest request,
+                                                                 absl::Duration lease) {
+  ESTUARY_RETURN_IF_ERROR(ValidateRequest(request));
+  if (lease <= absl::ZeroDuration()) return absl::InvalidArgumentError("lease must be positive");
+  const std::string id = request.request_id;
+  auto reserved = std::make_unique<Reserved>();
+  reserved->sequence = NewSequence(std::move(request));
+  Sequence& s = *reserved->sequence;
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    if (!live_ids_.insert(id).second) {
+      return absl::InvalidArgumentError(absl::StrCat("request id '", id, "' is already live"));
+    }
+  }
+  // Room for the prompt and the first generated token (pool calls are thread-safe).
+  if (absl::Status status = s.kv.Reserve(s.PrefillTarget() + 1); !status.ok()) {
+    absl::MutexLock lock(&inbox_mu_);
+    live_ids_.erase(id);
+    return status;
+  }
+  Reservation out{s.kv.pages(), absl::Now() + lease};
+  reserved->lease_deadline = out.lease_deadline;
+  absl::MutexLock lock(&inbox_mu_);
+  reservations_[id] = std::move(reserved);
+  return out;
+}
+
+absl::Status DecodeEngine::CompleteReservation(const std::string& request_id, int32_t first_token,
+                                               absl::Span<const uint8_t> provenance) {
+  if (first_token < 0 || first_token >= model_.config().vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("first token ", first_token,
+                                                   " outside the vocabulary [0, ",
+                                                   model_.config().vocab_size, ")"));
+  }
+  absl::MutexLock lock(&inbox_mu_);
+  auto it = reservations_.find(request_id);
+  if (it == reservations_.end()) {
+    return absl::NotFoundError(absl::StrCat("no reservation for request '", request_id,
+                                            "' (expired, aborted or never made)"));
+  }
+  Sequence& s = *it->second->sequence;
+  const int prompt = s.PrefillTarget();
+  if (static_cast<int>(provenance.size()) != prompt) {
+    return absl::InvalidArgumentError(absl::StrCat("provenance of ", provenance.size(),
+                                                   " slots for a prompt of ", prompt));
+  }
+  for (int pos = 0; pos < prompt; ++pos) s.kv.SetProvenance(pos, provenance[static_cast<size_t>(pos)]);
+  it->second->first_token = first_token;
+  completed_.push_back(std::move(it->second));
+  reservations_.erase(it);
+  return absl::OkStatus();
+}
+
+int DecodeEngine::reserved() const {
+  absl::MutexLock lock(&inbox_mu_);
+  return static_cast<int>(reservations_.size());
+}
+
+void DecodeEngine::DrainReservations() {
+  std::vector<std::unique_ptr<Reserved>> completed, expired;
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    completed.swap(completed_);
+    const absl::Time now = absl::Now();
+    for (auto it = reservations_.begin(); it != reservations_.end();) {
+      if (it->second->lease_deadline <= now) {
+        expired.push_back(std::move(it->second));
+        reservations_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (std::unique_ptr<Reserved>& r : expired) {
+    Finish(*r->sequence, FinishReason::kError,
+           absl::DeadlineExceededError(absl::StrCat(
+               "the KV of request '", r->sequence->request.request_id,
+               "' did not arrive before its lease ended; its pages went back to the pool")));
+  }
+  for (std::unique_ptr<Reserved>& r : completed) {
+    Sequence& s = *r->sequence;
+    s.kv.set_length(s.PrefillTarget());
+    running_.push_back(std::move(r->sequence));
+    EmitToken(s, r->first_token, model_.config().n_layers);
+  }
 }
 
 bool DecodeEngine::Abort(const std::string& request_id) {
@@ -130,7 +235,8 @@ bool DecodeEngine::Abort(const std::string& request_id) {
 
 bool DecodeEngine::Idle() const {
   absl::MutexLock lock(&inbox_mu_);
-  return inbox_.empty() && abort_inbox_.empty() && waiting_.empty() && running_.empty();
+  return inbox_.empty() && abort_inbox_.empty() && completed_.empty() && waiting_.empty() &&
+         running_.empty();
 }
 
 void DecodeEngine::DrainInbox() {
@@ -141,12 +247,25 @@ void DecodeEngine::DrainInbox() {
     requests.swap(inbox_);
     aborts.swap(abort_inbox_);
   }
-  for (DecodeRequest& request : requests) {
-    const bool exits = use_river_ && !request.exit_disabled;
-    const float tau =
-        exits ? request.exit_threshold.value_or(options_.exit.default_threshold) : 2.0f;
-    waiting_.push_back(
-        std::make_unique<Sequence>(std::move(request), pool_.get(), arrivals_++, tau));
+  for (DecodeRequest& request : requests) waiting_.push_back(NewSequence(std::move(request)));
+  std::vector<std::unique_ptr<Reserved>> aborted_reservations;
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    for (const std::string& id : aborts) {
+      if (auto it = reservations_.find(id); it != reservations_.end()) {
+        aborted_reservations.push_back(std::move(it->second));
+        reservations_.erase(it);
+      }
+      for (std::unique_ptr<Reserved>& r : completed_) {
+        if (r != nullptr && r->sequence->request.request_id == id) {
+          aborted_reservations.push_back(std::move(r));
+        }
+      }
+    }
+    completed_.erase(std::remove(completed_.begin(), completed_.end(), nullptr), completed_.end());
+  }
+  for (std::unique_ptr<Reserved>& r : aborted_reservations) {
+    Finish(*r->sequence, FinishReason::kCancelled, absl::CancelledError(r->sequence->request.request_id));
   }
   for (const std::string& id : aborts) {
     auto cancel = [&](auto& sequences) {
@@ -331,8 +450,11 @@ absl::Status DecodeEngine::DecodeStep() {
 }
 
 void DecodeEngine::AcceptToken(Sequence& s, absl::Span<float> logits, int backbone_layers) {
+  EmitToken(s, s.sampler.Sample(logits, s.tokens), backbone_layers);
+}
+
+void DecodeEngine::EmitToken(Sequence& s, int32_t next, int backbone_layers) {
   const LlamaConfig& c = model_.config();
-  const int32_t next = s.sampler.Sample(logits, s.tokens);
   if (const auto end = EndsSequence(c, s.sampler, next, s.request.ignore_eos)) {
     return Finish(s, *end, absl::OkStatus());
   }
@@ -394,6 +516,7 @@ void DecodeEngine::RemoveFinished() {
 
 absl::Status DecodeEngine::Step() {
   DrainInbox();
+  DrainReservations();
   Admit();
   absl::Status status = PrefillStep();
   RemoveFinished();

@@ -15,12 +15,14 @@
 // Threading: Submit() and Abort() may be called from any thread; Step() and the TokenSink run
 // on one engine thread. The model and river must outlive the engine; the engine owns the pool.
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -64,8 +66,32 @@ class DecodeEngine {
   // vocabulary, a prompt that fills the context, bad sampling or exit parameters, or a
   // duplicate live request id.
   absl::Status Submit(DecodeRequest request);
-  // Ends a waiting or running request with CANCELLED and frees its pages. False when unknown.
+  // Ends a waiting, running or reserved request with CANCELLED and frees its pages. False when
+  // unknown.
   bool Abort(const std::string& request_id);
+
+  // Disaggregated serving (design §1, §7): the decode side of a KV push.
+  //
+  // Reserve() validates `request` as Submit() does and takes pages for its prompt plus the first
+  // generated token, under a lease: if CompleteReservation() does not come before `lease`
+  // passes, the next Step() frees the pages and ends the request with DEADLINE_EXCEEDED. The
+  // prefill side writes the prompt's K/V straight into those pages (every layer, every shard),
+  // then CompleteReservation() hands over the first token it sampled and each prompt slot's
+  // provenance; the sequence joins the running batch at the next Step() and the first token is
+  // emitted like any other. RESOURCE_EXHAUSTED when the pool cannot hold the prompt now.
+  // Thread-safe (any thread).
+  struct Reservation {
+    std::vector<int32_t> pages;  // page ids, in position order (same ids on every shard)
+    absl::Time lease_deadline;
+  };
+  absl::StatusOr<Reservation> Reserve(DecodeRequest request, absl::Duration lease);
+  // `provenance` has one byte per prompt position (kvcache/kv_pool.h). NOT_FOUND when the
+  // reservation is unknown (expired, aborted, or never made); INVALID_ARGUMENT for a token
+  // outside the vocabulary or a provenance of the wrong length.
+  absl::Status CompleteReservation(const std::string& request_id, int32_t first_token,
+                                   absl::Span<const uint8_t> provenance);
+  // Reservations still waiting for their KV.
+  int reserved() const;
 
   // One scheduling iteration (admit, prefill, decode). A model error ends the affected requests
   // with that status and is returned.
@@ -92,6 +118,13 @@ class DecodeEngine {
                        absl::Span<EntryOutcome> outcomes);
 
   void DrainInbox();
+  // Moves completed reservations into the running batch and expires lapsed leases.
+  void DrainReservations();
+  // Emits `token` for `sequence` (or ends it on EOS / a stop token) and retires it when done.
+  void EmitToken(Sequence& sequence, int32_t token, int backbone_layers);
+  // Submit's checks; also used by Reserve.
+  absl::Status ValidateRequest(const DecodeRequest& request) const;
+  std::unique_ptr<Sequence> NewSequence(DecodeRequest request);
   void Admit();
   absl::Status PrefillStep();
   absl::Status DecodeStep();
@@ -111,13 +144,18 @@ class DecodeEngine {
   std::unique_ptr<KvPool> pool_;
   ExitStats stats_;
   int64_t preemptions_ = 0;
-  int64_t arrivals_ = 0;
+  std::atomic<int64_t> arrivals_{0};
 
   // Requests and aborts from other threads, taken by the engine thread at the start of Step().
   mutable absl::Mutex inbox_mu_;
   std::vector<DecodeRequest> inbox_ ABSL_GUARDED_BY(inbox_mu_);
   std::vector<std::string> abort_inbox_ ABSL_GUARDED_BY(inbox_mu_);
   absl::flat_hash_set<std::string> live_ids_ ABSL_GUARDED_BY(inbox_mu_);
+  // Reserved sequences waiting for their KV (their pages held), and those whose KV arrived.
+  struct Reserved;
+  absl::flat_hash_map<std::string, std::unique_ptr<Reserved>> reservations_
+      ABSL_GUARDED_BY(inbox_mu_);
+  std::vector<std::unique_ptr<Reserved>> completed_ ABSL_GUARDED_BY(inbox_mu_);
 
   // Engine-thread state.
   std::deque<std::unique_ptr<Sequence>> waiting_;   // admission order; preempted go first

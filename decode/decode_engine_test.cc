@@ -1,10 +1,14 @@
 #include "decode/decode_engine.h"
 
+#include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "core/model/model_loader.h"
 #include "core/model/river.h"
 #include "core/model/sharded_model.h"
+#include "core/model/paged_kv_view.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/golden_cases.h"
 
@@ -79,10 +83,9 @@ TEST_P(DecodeEngineGoldenTest, ReproducesGoldenIdsAtBatchOneAndAllTogether) {
 INSTANTIATE_TEST_SUITE_P(Shipped, DecodeEngineGoldenTest,
                          ::testing::Values("stories260K", "stories12L"));
 
-
 // Two tensor-parallel ranks, one pool shard each: the golden ids with every prompt in one batch,
-// and with the river on, the same tokens and exit layers as TP 1 when both use two reduction
-// blocks (sharded_model.h).
+// and with the river on, the same tokens as TP 1 when both use two reduction blocks
+// (sharded_model.h).
 TEST_P(DecodeEngineGoldenTest, TensorParallelSizeTwo) {
   const std::vector<GoldenCase> cases = LoadGolden(GetParam());
   std::map<int, std::map<std::string, std::vector<int32_t>>> river_tokens;
@@ -264,6 +267,91 @@ TEST(DecodeEngineTest, PromptLargerThanThePoolFailsAlone) {
   EXPECT_EQ(collector.final_events["big"].status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(collector.final_events["small"].status.ok());
   EXPECT_EQ(collector.tokens["small"].size(), 5u);
+}
+
+}  // namespace
+}  // namespace estuary
+
+namespace estuary {
+namespace {
+
+// The decode side of a KV push, with the push done by hand: a separate pool plays the prefill
+// worker, its pages are copied into the reserved ones layer by layer (what a transport's puts
+// do), then the completion hands over the first token. The engine continues with the golden ids.
+TEST(DecodeEngineReservationTest, PushedKvContinuesIntoTheGoldenIds) {
+  auto loaded = LoadModel("../shared/models/stories260K");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const LlamaModel& model = *loaded->model;
+  const std::vector<GoldenCase> cases = LoadGolden("stories260K");
+  const GoldenCase& c = cases.back();
+  DecodeEngineOptions options;
+  options.kv_cache_bytes = int64_t{8} << 20;
+  Collector collector;
+  auto engine = DecodeEngine::Create(model, nullptr, options, collector.Sink());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  KvPool& pool = (*engine)->mutable_pool();
+  const int32_t free_at_start = pool.free_pages();
+
+  auto reservation = (*engine)->Reserve(Greedy("pushed", c.prompt_ids), absl::Seconds(30));
+  ASSERT_TRUE(reservation.ok()) << reservation.status();
+  EXPECT_EQ((*engine)->reserved(), 1);
+
+  // "Prefill worker": its own pool, the prompt run through the model.
+  auto prefill_pool = KvPool::Create(pool.layout(), int64_t{8} << 20);
+  ASSERT_TRUE(prefill_pool.ok());
+  SequenceKv prefilled(prefill_pool->get());
+  ASSERT_TRUE(prefilled.Reserve(static_cast<int>(c.prompt_ids.size())).ok());
+  PagedKvView view(&prefilled);
+  std::vector<float> logits(static_cast<size_t>(model.config().vocab_size));
+  ASSERT_TRUE(model.Forward(c.prompt_ids, 0, view, absl::MakeSpan(logits)).ok());
+  const int32_t first = static_cast<int32_t>(
+      std::max_element(logits.begin(), logits.end()) - logits.begin());
+  const size_t n_pages = prefilled.pages().size();
+  ASSERT_LE(n_pages, reservation->pages.size());
+  for (int layer = 0; layer < pool.layout().n_layers; ++layer) {
+    for (size_t p = 0; p < n_pages; ++p) {
+      std::memcpy(pool.k(layer, reservation->pages[p], 0),
+                  (*prefill_pool)->k(layer, prefilled.pages()[p], 0),
+                  static_cast<size_t>(pool.page_bytes_per_layer()));
+    }
+  }
+  const std::vector<uint8_t> provenance(c.prompt_ids.size(), kProvenanceFullDepth);
+  EXPECT_EQ((*engine)->CompleteReservation("pushed", first, provenance).code(),
+            absl::StatusCode::kOk);
+  EXPECT_EQ((*engine)->CompleteReservation("pushed", first, provenance).code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE((*engine)->RunUntilIdle().ok());
+  EXPECT_EQ(collector.tokens["pushed"], c.completion_ids);
+  EXPECT_EQ(pool.free_pages() + pool.cached_pages(), free_at_start);
+}
+
+// A completion that never comes: the lease ends, the request fails with DEADLINE_EXCEEDED at
+// the next step, and the pages return to the pool. An aborted reservation frees them too.
+TEST(DecodeEngineReservationTest, LeaseExpiryAndAbortReturnThePages) {
+  auto loaded = LoadModel("../shared/models/stories260K");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  DecodeEngineOptions options;
+  options.kv_cache_bytes = int64_t{1} << 20;
+  Collector collector;
+  auto engine = DecodeEngine::Create(*loaded->model, nullptr, options, collector.Sink());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const int32_t free_at_start = (*engine)->pool().free_pages();
+  const std::vector<int32_t> prompt(40, 300);
+  auto lapsing = (*engine)->Reserve(Greedy("lapsing", prompt), absl::Milliseconds(50));
+  auto aborted = (*engine)->Reserve(Greedy("aborted", prompt), absl::Seconds(30));
+  ASSERT_TRUE(lapsing.ok() && aborted.ok());
+  EXPECT_EQ((*engine)->pool().free_pages(), free_at_start - 6);
+  EXPECT_EQ((*engine)->Reserve(Greedy("aborted", prompt), absl::Seconds(1)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // duplicate live id
+  EXPECT_TRUE((*engine)->Abort("aborted"));
+  absl::SleepFor(absl::Milliseconds(80));
+  ASSERT_TRUE((*engine)->Step().ok());
+  EXPECT_EQ(collector.final_events["lapsing"].status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(collector.final_events["aborted"].status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ((*engine)->reserved(), 0);
+  EXPECT_EQ((*engine)->pool().free_pages(), free_at_start);
+  EXPECT_EQ((*engine)->CompleteReservation("lapsing", 5, std::vector<uint8_t>(40)).code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace
