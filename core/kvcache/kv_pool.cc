@@ -26,7 +26,8 @@ namespace {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvLayout& layout,
-                                                       int64_t kv_cache_bytes, int num_shards) {
+                                                       int64_t kv_cache_bytes, int num_shards,
+                                                       const KvRegionAllocator& allocator) {
   if (absl::Status s = layout.Validate(); !s.ok()) return s;
   if (num_shards < 1 || num_shards > 64) {
     return absl::InvalidArgumentError(
@@ -54,6 +55,17 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvLayout& layout,
       static_cast<size_t>(num_pages) * static_cast<size_t>(layout.page_bytes_per_layer());
   for (int shard = 0; shard < num_shards; ++shard) {
     for (int layer = 0; layer < layout.n_layers; ++layer) {
+      if (allocator) {
+        absl::StatusOr<KvRegionMemory> memory = allocator(region_bytes);
+        if (!memory.ok()) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "KV pool: cannot allocate ", region_bytes, " bytes for layer ", layer,
+              " of shard ", shard, ": ", memory.status().ToString()));
+        }
+        pool->regions_.push_back(
+            {static_cast<float*>(memory->data), region_bytes, std::move(memory->owner)});
+        continue;
+      }
       void* mapped = ::mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE,
                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (mapped == MAP_FAILED) {
@@ -61,7 +73,7 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvLayout& layout,
             "KV pool: cannot map ", region_bytes, " bytes for layer ", layer, " of ",
             layout.n_layers, " of shard ", shard, " (", num_pages, " pages)"));
       }
-      pool->regions_.push_back({static_cast<float*>(mapped), region_bytes});
+      pool->regions_.push_back({static_cast<float*>(mapped), region_bytes, nullptr});
     }
   }
 
@@ -97,7 +109,9 @@ KvPool::KvPool(const KvLayout& layout, int32_t num_pages, int num_shards)
 }
 
 KvPool::~KvPool() {
-  for (const LayerRegion& region : regions_) ::munmap(region.data, region.bytes);
+  for (const LayerRegion& region : regions_) {
+    if (region.owner == nullptr) ::munmap(region.data, region.bytes);
+  }
 }
 
 KvRegion KvPool::layer_region(int layer, int shard) const {

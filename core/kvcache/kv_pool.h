@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -47,6 +48,16 @@ struct KvRegion {
   size_t bytes = 0;  // num_pages * page_bytes_per_layer
 };
 
+// Where the pool's layer regions come from. By default anonymous mappings; a worker that pushes
+// or receives KV over a transport may hand in the transport's allocator instead (shared memory
+// that a peer on the same host maps directly). The returned memory must be zeroed and stay valid
+// while `owner` lives; the pool keeps `owner` until it is destroyed.
+struct KvRegionMemory {
+  void* data = nullptr;
+  std::shared_ptr<void> owner;
+};
+using KvRegionAllocator = std::function<absl::StatusOr<KvRegionMemory>(size_t bytes)>;
+
 // A consistent snapshot of the pool's accounting (taken under the lock).
 struct KvPoolStats {
   int32_t num_pages = 0;
@@ -67,7 +78,8 @@ class KvPool {
   // With num_shards > 1 the budget covers all shards: each page costs num_shards * page_bytes().
   static absl::StatusOr<std::unique_ptr<KvPool>> Create(const KvLayout& layout,
                                                         int64_t kv_cache_bytes,
-                                                        int num_shards = 1);
+                                                        int num_shards = 1,
+                                                        const KvRegionAllocator& allocator = {});
   ~KvPool();
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
@@ -137,7 +149,8 @@ class KvPool {
  private:
   struct LayerRegion {
     float* data = nullptr;
-    size_t bytes = 0;  // of the mapping
+    size_t bytes = 0;            // of the mapping
+    std::shared_ptr<void> owner;  // set when an allocator supplied the memory (else: munmap)
   };
 
   KvPool(const KvLayout& layout, int32_t num_pages, int num_shards);

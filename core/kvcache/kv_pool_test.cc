@@ -97,6 +97,32 @@ TEST(KvPoolTest, ShardsShareThePageTableAndSplitTheMemory) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(KvPoolTest, RegionsMayComeFromAnAllocatorThatOwnsThem) {
+  const KvLayout layout = SmallLayout();
+  int live = 0;
+  {
+    auto pool = KvPool::Create(layout, 512 * 4, 1, [&live](size_t bytes) -> absl::StatusOr<KvRegionMemory> {
+      auto memory = std::shared_ptr<std::vector<float>>(new std::vector<float>(bytes / 4, 0.0f),
+                                                        [&live](std::vector<float>* v) {
+                                                          --live;
+                                                          delete v;
+                                                        });
+      ++live;
+      return KvRegionMemory{memory->data(), memory};
+    });
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    EXPECT_EQ(live, 2);
+    (*pool)->k(1, 3, 1)[0] = 1.5f;
+    EXPECT_EQ((*pool)->k(1, 3, 1)[0], 1.5f);
+  }
+  EXPECT_EQ(live, 0);
+  auto failing = KvPool::Create(layout, 512 * 4, 1, [](size_t) -> absl::StatusOr<KvRegionMemory> {
+    return absl::UnavailableError("no shared memory");
+  });
+  EXPECT_EQ(failing.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(failing.status().message().find("no shared memory"), absl::string_view::npos);
+}
+
 TEST(KvPoolTest, CreateRejectsBadInput) {
   const KvLayout layout = SmallLayout();
   absl::StatusOr<std::unique_ptr<KvPool>> too_small = KvPool::Create(layout, 511);
