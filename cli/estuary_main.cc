@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/default_model.h"
 #include "cli/exit_commands.h"
+#include "cli/flag_spelling.h"
 #include "cli/generate_command.h"
 #include "core/common/status_macros.h"
 #include "core/loader/hf_writer.h"
@@ -204,20 +205,6 @@ absl::Status Synth() {
   return absl::OkStatus();
 }
 
-// absl flags are spelled with underscores; users type dashes (--max-tokens). Rewrites the name
-// part of each "--flag" or "--flag=value" argument.
-std::vector<std::string> DashesToUnderscores(int argc, char** argv) {
-  std::vector<std::string> args(argv, argv + argc);
-  for (std::string& arg : args) {
-    if (arg.rfind("--", 0) != 0) continue;
-    const size_t name_end = std::min(arg.find('='), arg.size());
-    for (size_t i = 2; i < name_end; ++i) {
-      if (arg[i] == '-') arg[i] = '_';
-    }
-  }
-  return args;
-}
-
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   if (argc < 2 || argv[1][0] == '-') {
@@ -226,10 +213,7 @@ int Main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   // The subcommand takes argv[0]'s place so that absl parses only its flags.
-  std::vector<std::string> args = DashesToUnderscores(argc - 1, argv + 1);
-  std::vector<char*> arg_pointers;
-  for (std::string& arg : args) arg_pointers.push_back(arg.data());
-  absl::ParseCommandLine(static_cast<int>(arg_pointers.size()), arg_pointers.data());
+  ParseFlags(argc - 1, argv + 1);
   absl::Status status;
   if (command == "generate") {
     status = Generate();

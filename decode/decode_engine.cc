@@ -70,7 +70,7 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
   ESTUARY_ASSIGN_OR_RETURN(
       std::unique_ptr<KvPool> pool,
       KvPool::Create(KvLayout::FromConfig(model.config(), options.block_size, tp),
-                     options.kv_cache_bytes, tp));
+                     options.kv_cache_bytes, tp, options.kv_allocator));
   return std::unique_ptr<DecodeEngine>(
       new DecodeEngine(model, nullptr, options, std::move(sink), std::move(pool)));
 }
@@ -83,7 +83,7 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
   ESTUARY_ASSIGN_OR_RETURN(
       std::unique_ptr<KvPool> pool,
       KvPool::Create(KvLayout::FromConfig(model.config(), options.block_size),
-                     options.kv_cache_bytes));
+                     options.kv_cache_bytes, 1, options.kv_allocator));
   ShardedModel& ref = *borrowed;
   return std::unique_ptr<DecodeEngine>(
       new DecodeEngine(ref, std::move(borrowed), options, std::move(sink), std::move(pool)));

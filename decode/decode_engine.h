@@ -44,6 +44,9 @@ struct DecodeEngineOptions {
   int max_num_batched_tokens = 512;  // prefill tokens per step
   bool enable_prefix_caching = true;
   ExitPolicy exit;                   // used only when a river is given
+  // Where the pool's memory comes from (kv_pool.h); default: anonymous mappings. A decode
+  // worker passes its transport's allocator so that prefill peers on the host write directly.
+  KvRegionAllocator kv_allocator;
 
   absl::Status Validate(const LlamaConfig& config) const;
 };

@@ -1,0 +1,205 @@
+#include "decode/decode_service.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/common/logging.h"
+#include "core/common/status_macros.h"
+#include "kvtransfer/fingerprint.h"
+#include "rpc/status_convert.h"
+#include "rpc/worker_request.h"
+
+namespace estuary {
+namespace {
+
+using rpc::ToGrpcStatus;
+
+// How long one wait of a Decode handler lasts before it looks at the client again.
+constexpr absl::Duration kStreamPoll = absl::Milliseconds(100);
+constexpr int kDefaultMaxTokens = 256;
+
+DecodeRequest FromProto(const estuary::v1::WorkerRequest& proto) {
+  DecodeRequest request;
+  request.request_id = proto.request_id();
+  request.prompt_ids.assign(proto.prompt_ids().begin(), proto.prompt_ids().end());
+  request.max_tokens =
+      proto.sampling().max_tokens() > 0 ? proto.sampling().max_tokens() : kDefaultMaxTokens;
+  request.sampling = rpc::SamplingFromProto(proto.sampling());
+  request.ignore_eos = proto.sampling().ignore_eos();
+  if (proto.exit().threshold() != 0.0f) request.exit_threshold = proto.exit().threshold();
+  request.exit_disabled = proto.exit().disable();
+  return request;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(
+    ShardedModel& model, kvtransfer::Transport& transport, const DecodeServiceOptions& options) {
+  const LlamaConfig& c = model.config();
+  std::unique_ptr<DecodeService> service(new DecodeService(
+      options, kvtransfer::MakeFingerprint(options.model_id, c.n_layers, c.n_kv_heads,
+                                           c.head_dim, options.engine.block_size)));
+  DecodeService* self = service.get();
+  ESTUARY_ASSIGN_OR_RETURN(
+      service->engine_,
+      DecodeEngine::Create(model, options.engine,
+                           [self](const TokenEvent& event) { self->streams_.Push(event); }));
+  service->loop_ = std::make_unique<StepLoop>(
+      [self] { return !self->engine_->Idle() || self->engine_->reserved() > 0; },
+      [self] { self->StepOnce(); });
+  ESTUARY_ASSIGN_OR_RETURN(service->receiver_,
+                           kvtransfer::KvReceiver::Create(transport, service->engine_->mutable_pool(),
+                                                          service->fingerprint_));
+  ESTUARY_RETURN_IF_ERROR(service->receiver_->Start(
+      [self](const estuary::v1::KvCompletion& completion) { self->OnCompletion(completion); }));
+  return service;
+}
+
+DecodeService::DecodeService(const DecodeServiceOptions& options,
+                             estuary::v1::KvFormatFingerprint fingerprint)
+    : options_(options), fingerprint_(std::move(fingerprint)) {}
+
+DecodeService::~DecodeService() {
+  if (receiver_ != nullptr) receiver_->Stop();
+  receiver_.reset();
+  loop_.reset();
+  engine_.reset();
+}
+
+void DecodeService::StepOnce() {
+  if (!engine_->Idle() || engine_->reserved() > 0) {
+    if (absl::Status status = engine_->Step(); !status.ok()) {
+      ESTUARY_LOG(WARNING) << "decode step failed (its requests ended): " << status;
+    }
+  }
+  estuary::v1::WorkerLoad load;
+  load.set_running_sequences(engine_->running());
+  load.set_exit_rate(engine_->exit_stats().exit_rate());
+  load.set_mean_backbone_layers(engine_->exit_stats().mean_backbone_layers());
+  absl::MutexLock lock(&load_mu_);
+  load_ = load;
+}
+
+void DecodeService::OnCompletion(const estuary::v1::KvCompletion& completion) {
+  const std::string& id = completion.request_id();
+  if (completion.status_code() != 0) {
+    ESTUARY_LOG(WARNING) << "prefill aborted request " << id << ": "
+                         << rpc::StatusFromCode(completion.status_code(),
+                                                completion.status_message());
+    engine_->Abort(id);
+  } else {
+    const std::string& provenance = completion.provenance();
+    const absl::Status status = engine_->CompleteReservation(
+        id, completion.first_token(),
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(provenance.data()),
+                            provenance.size()));
+    if (!status.ok()) {
+      ESTUARY_LOG(WARNING) << "completion for " << id << " refused: " << status;
+      engine_->Abort(id);
+    }
+  }
+  loop_->Notify();
+}
+
+grpc::Status DecodeService::Reserve(grpc::ServerContext* context,
+                                    const estuary::v1::ReserveRequest* request,
+                                    estuary::v1::ReserveResponse* response) {
+  absl::Duration lease =
+      request->lease_ms() > 0 ? absl::Milliseconds(request->lease_ms()) : options_.default_lease;
+  lease = std::min(lease, options_.max_lease);
+  DecodeRequest decode = FromProto(request->request());
+  const std::string id = decode.request_id;
+  if (absl::Status opened = streams_.Open(id); !opened.ok()) return ToGrpcStatus(opened);
+  absl::StatusOr<DecodeEngine::Reservation> reservation =
+      engine_->Reserve(std::move(decode), lease);
+  if (!reservation.ok()) {
+    streams_.Close(id);
+    return ToGrpcStatus(reservation.status());
+  }
+  *response->mutable_transfer() =
+      receiver_->Describe(id, reservation->pages, reservation->lease_deadline);
+  loop_->Notify();
+  return grpc::Status::OK;
+}
+
+grpc::Status DecodeService::Decode(grpc::ServerContext* context,
+                                   const estuary::v1::DecodeRequest* request,
+                                   grpc::ServerWriter<estuary::v1::DecodeResponse>* writer) {
+  const std::string id =
+      request->has_local_prefill() ? request->local_prefill().request_id() : request->request_id();
+  if (request->has_local_prefill()) {
+    if (absl::Status opened = streams_.Open(id); !opened.ok()) return ToGrpcStatus(opened);
+    if (absl::Status submitted = engine_->Submit(FromProto(request->local_prefill()));
+        !submitted.ok()) {
+      streams_.Close(id);
+      return ToGrpcStatus(submitted);
+    }
+    loop_->Notify();
+  } else if (!streams_.IsOpen(id)) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("no reserved or running request '", id, "'"));
+  }
+  while (true) {
+    if (context->IsCancelled()) {
+      engine_->Abort(id);
+      loop_->Notify();
+      streams_.Close(id);
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the stream");
+    }
+    absl::StatusOr<std::vector<TokenEvent>> events = streams_.Next(id, absl::Now() + kStreamPoll);
+    if (!events.ok()) return ToGrpcStatus(events.status());
+    if (events->empty()) continue;
+    estuary::v1::DecodeResponse response;
+    bool finished = false;
+    for (const TokenEvent& e : *events) {
+      if (e.token_id >= 0) {
+        response.add_token_ids(e.token_id);
+        response.add_backbone_layers(e.backbone_layers);
+      }
+      if (e.finished) {
+        finished = true;
+        response.set_finished(true);
+        response.set_finish_reason(rpc::FinishReasonToProto(e.finish_reason));
+        response.set_status_code(static_cast<int>(e.status.code()));
+        response.set_status_message(std::string(e.status.message()));
+      }
+    }
+    if (!writer->Write(response)) {  // the client went away
+      engine_->Abort(id);
+      loop_->Notify();
+      streams_.Close(id);
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the stream broke");
+    }
+    if (finished) {
+      streams_.Close(id);
+      return grpc::Status::OK;
+    }
+  }
+}
+
+grpc::Status DecodeService::Abort(grpc::ServerContext* context,
+                                  const estuary::v1::WorkerAbortRequest* request,
+                                  estuary::v1::WorkerAbortResponse* response) {
+  response->set_found(engine_->Abort(request->request_id()));
+  loop_->Notify();
+  return grpc::Status::OK;
+}
+
+grpc::Status DecodeService::GetLoad(grpc::ServerContext* context,
+                                    const estuary::v1::GetLoadRequest* request,
+                                    estuary::v1::WorkerLoad* response) {
+  {
+    absl::MutexLock lock(&load_mu_);
+    *response = load_;  // the engine-thread figures of the latest step
+  }
+  // The pool and reservation figures are thread-safe: current, not as of the latest step.
+  const KvPoolStats stats = engine_->pool().Stats();
+  response->set_free_pages(stats.free_pages + stats.cached_pages);
+  response->set_total_pages(stats.num_pages);
+  response->set_reserved_requests(engine_->reserved());
+  return grpc::Status::OK;
+}
+
+}  // namespace estuary

@@ -1,0 +1,74 @@
+#pragma once
+// DecodeService: the decode worker's gRPC service (worker.proto DecodeWorker; design §1 steps
+// 2 and 4). Owns the decode engine, its thread (StepLoop), the per-request token streams, and
+// the KV receiver that registers the engine's pool with the transport and turns the prefill
+// workers' completion messages into CompleteReservation calls.
+//
+// Reserve takes pages under a lease and answers with the transfer descriptor; Decode streams a
+// request's tokens (a reserved one, or one prefilled here when `local_prefill` is set); Abort
+// ends a request wherever it is; GetLoad reports the figures heartbeats carry. A client that
+// cancels its Decode stream aborts the request and frees its pages.
+//
+// Thread-safety: every RPC may run concurrently on gRPC's threads.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/model/sharded_model.h"
+#include "decode/decode_engine.h"
+#include "core/common/step_loop.h"
+#include "decode/token_streams.h"
+#include "estuary/v1/worker.grpc.pb.h"
+#include "kvtransfer/kv_receiver.h"
+#include "kvtransfer/transport.h"
+
+namespace estuary {
+
+struct DecodeServiceOptions {
+  DecodeEngineOptions engine;
+  std::string model_id;                            // goes into the KV format fingerprint
+  absl::Duration default_lease = absl::Seconds(30);  // Reserve's lease when the request sets none
+  absl::Duration max_lease = absl::Minutes(10);
+};
+
+class DecodeService final : public estuary::v1::DecodeWorker::Service {
+ public:
+  // `model` and `transport` must outlive the service.
+  static absl::StatusOr<std::unique_ptr<DecodeService>> Create(ShardedModel& model,
+                                                               kvtransfer::Transport& transport,
+                                                               const DecodeServiceOptions& options);
+  ~DecodeService() override;
+
+  grpc::Status Reserve(grpc::ServerContext* context, const estuary::v1::ReserveRequest* request,
+                       estuary::v1::ReserveResponse* response) override;
+  grpc::Status Decode(grpc::ServerContext* context, const estuary::v1::DecodeRequest* request,
+                      grpc::ServerWriter<estuary::v1::DecodeResponse>* writer) override;
+  grpc::Status Abort(grpc::ServerContext* context, const estuary::v1::WorkerAbortRequest* request,
+                     estuary::v1::WorkerAbortResponse* response) override;
+  grpc::Status GetLoad(grpc::ServerContext* context, const estuary::v1::GetLoadRequest* request,
+                       estuary::v1::WorkerLoad* response) override;
+
+  const estuary::v1::KvFormatFingerprint& fingerprint() const { return fingerprint_; }
+  DecodeEngine& engine() { return *engine_; }
+
+ private:
+  DecodeService(const DecodeServiceOptions& options, estuary::v1::KvFormatFingerprint fingerprint);
+  void OnCompletion(const estuary::v1::KvCompletion& completion);
+  // One engine step and a fresh load snapshot; runs on the loop's thread.
+  void StepOnce();
+
+  const DecodeServiceOptions options_;
+  const estuary::v1::KvFormatFingerprint fingerprint_;
+  TokenStreams streams_;
+  // Destroyed in reverse: the receiver stops delivering completions, then the loop stops, then
+  // the engine (and its pool, which the receiver had registered) goes.
+  std::unique_ptr<DecodeEngine> engine_;
+  mutable absl::Mutex load_mu_;
+  estuary::v1::WorkerLoad load_ ABSL_GUARDED_BY(load_mu_);
+  std::unique_ptr<StepLoop> loop_;
+  std::unique_ptr<kvtransfer::KvReceiver> receiver_;
+};
+
+}  // namespace estuary

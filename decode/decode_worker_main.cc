@@ -1,0 +1,64 @@
+// estuary-decode: the decode worker process (design §1). Flags are parsed into options and
+// validated before anything loads; then the model is loaded onto its TP ranks, the exit river
+// built when asked, the KV pool registered with UCX, and the DecodeWorker service served until
+// SIGINT / SIGTERM.
+//
+//   estuary-decode --model PATH [--port P] [--tensor-parallel-size N] [--river
+//                  --exit-threshold T] [--kv-cache-bytes B] [--ucx-tls tcp] [--ready-file F]
+
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "cli/flag_spelling.h"
+#include "core/common/status_macros.h"
+#include "decode/decode_service.h"
+#include "rpc/worker_flags.h"
+
+ABSL_FLAG(bool, river, false, "decode with the exit river (int4 copy of the layers)");
+ABSL_FLAG(double, exit_threshold, 0.9, "default τ of the exit river");
+ABSL_FLAG(int, river_group_size, 64, "int4 group size of the exit river");
+ABSL_FLAG(int64_t, lease_ms, 30000, "how long reserved pages wait for their KV");
+
+namespace estuary {
+namespace {
+
+absl::Status Run() {
+  rpc::WorkerProcessOptions process = rpc::WorkerProcessOptionsFromFlags();
+  ESTUARY_RETURN_IF_ERROR(rpc::ValidateWorkerProcessOptions(process));
+  DecodeServiceOptions options;
+  options.model_id = process.model_id;
+  options.engine.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  options.engine.block_size = absl::GetFlag(FLAGS_block_size);
+  options.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  options.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  options.engine.exit.default_threshold = static_cast<float>(absl::GetFlag(FLAGS_exit_threshold));
+  if (absl::GetFlag(FLAGS_lease_ms) <= 0) return absl::InvalidArgumentError("--lease-ms must be > 0");
+  options.default_lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  Int4QuantOptions quant;
+  quant.group_size = absl::GetFlag(FLAGS_river_group_size);
+  ESTUARY_RETURN_IF_ERROR(quant.Validate());
+
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> model, rpc::LoadShardedModel(process));
+  ESTUARY_RETURN_IF_ERROR(options.engine.Validate(model->config()));
+  if (absl::GetFlag(FLAGS_river)) ESTUARY_RETURN_IF_ERROR(model->BuildRiver(quant));
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::Transport> transport,
+                           rpc::CreateTransport(process));
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DecodeService> service,
+                           DecodeService::Create(*model, *transport, options));
+  return rpc::ServeUntilSignal(process, "decode", {service.get()});
+}
+
+}  // namespace
+}  // namespace estuary
+
+int main(int argc, char** argv) {
+  estuary::rpc::BlockTerminationSignals();
+  estuary::cli::ParseFlags(argc, argv);
+  const absl::Status status = estuary::Run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "estuary-decode: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,457 @@
+// The push protocol end to end: KvPusher (prefill pool, src TP) -> Transport -> KvReceiver
+// (decode pool, dst TP), byte-exact after head re-sharding, plus fingerprint / descriptor checks
+// and faults (dropped, delayed, corrupted completions; an endpoint failing mid-push; a dead peer).
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvtransfer/fault_transport.h"
+#include "kvtransfer/fingerprint.h"
+#include "kvtransfer/inprocess_transport.h"
+#include "kvtransfer/kv_pusher.h"
+#include "kvtransfer/kv_receiver.h"
+#include "kvtransfer/ucx_transport.h"
+
+namespace estuary::kvtransfer {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kLayers = 3;
+constexpr int kHeads = 4;  // whole-model KV heads
+constexpr int kHeadDim = 4;
+constexpr int kBlock = 16;
+constexpr int kPrompt = 37;  // 2 full pages + 5 slots
+constexpr float kSrcJunk = -3.0f;  // prefill slots past the prompt
+constexpr float kDstFill = -7.0f;  // decode memory before the push
+
+absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
+estuary::v1::KvFormatFingerprint Fingerprint(const std::string& model = "test-model") {
+  return MakeFingerprint(model, kLayers, kHeads, kHeadDim, kBlock);
+}
+
+// Exact in f32: a function of (layer, position, whole-model head, K/V, dim).
+float Value(int layer, int pos, int head, int kv, int dim) {
+  return static_cast<float>(((((layer * 64 + pos) * 8 + head) * 2 + kv) * 8 + dim) + 1);
+}
+
+std::unique_ptr<KvPool> MakePool(int tp, int pages) {
+  KvLayout layout{kLayers, kHeads / tp, kHeadDim, kBlock};
+  auto pool = KvPool::Create(layout, layout.page_bytes() * tp * pages, tp);
+  EXPECT_TRUE(pool.ok()) << pool.status();
+  return pool.ok() ? std::move(*pool) : nullptr;
+}
+
+// Writes Value(...) for positions < kPrompt and kSrcJunk past it, on every shard.
+void FillSource(KvPool& pool, const std::vector<int32_t>& pages) {
+  const int tp = pool.num_shards();
+  const int hs = pool.layout().n_kv_heads;
+  for (int s = 0; s < tp; ++s) {
+    for (int l = 0; l < kLayers; ++l) {
+      for (size_t i = 0; i < pages.size(); ++i) {
+        for (int h = 0; h < hs; ++h) {
+          for (int kv = 0; kv < 2; ++kv) {
+            float* p = kv == 0 ? pool.k(l, pages[i], h, s) : pool.v(l, pages[i], h, s);
+            for (int slot = 0; slot < kBlock; ++slot) {
+              const int pos = static_cast<int>(i) * kBlock + slot;
+              for (int d = 0; d < kHeadDim; ++d) {
+                p[slot * kHeadDim + d] = pos < kPrompt ? Value(l, pos, s * hs + h, kv, d) : kSrcJunk;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void FillAll(KvPool& pool, float value) {
+  for (int s = 0; s < pool.num_shards(); ++s) {
+    for (int l = 0; l < kLayers; ++l) {
+      KvRegion r = pool.layer_region(l, s);
+      std::fill_n(static_cast<float*>(r.data), r.bytes / sizeof(float), value);
+    }
+  }
+}
+
+// Every destination float: the source value of the same (layer, position, whole-model head) for
+// positions < kPrompt; untouched (kDstFill) past the prompt and in pages not pushed to.
+int CountMismatches(const KvPool& pool, const std::vector<int32_t>& pages, int pushed_tokens) {
+  int bad = 0;
+  const int tp = pool.num_shards();
+  const int hd = pool.layout().n_kv_heads;
+  for (int s = 0; s < tp; ++s) {
+    for (int l = 0; l < kLayers; ++l) {
+      for (size_t i = 0; i < pages.size(); ++i) {
+        for (int h = 0; h < hd; ++h) {
+          for (int kv = 0; kv < 2; ++kv) {
+            const float* p = kv == 0 ? pool.k(l, pages[i], h, s) : pool.v(l, pages[i], h, s);
+            for (int slot = 0; slot < kBlock; ++slot) {
+              const int pos = static_cast<int>(i) * kBlock + slot;
+              for (int d = 0; d < kHeadDim; ++d) {
+                const float want =
+                    pos < pushed_tokens ? Value(l, pos, s * hd + h, kv, d) : kDstFill;
+                if (p[slot * kHeadDim + d] != want && ++bad <= 5) {
+                  ADD_FAILURE() << "shard " << s << " layer " << l << " page#" << i << " head "
+                                << h << " kv " << kv << " slot " << slot << " dim " << d
+                                << ": got " << p[slot * kHeadDim + d] << " want " << want;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return bad;
+}
+
+// Completions seen by the receiver's callback.
+class Inbox {
+ public:
+  void Add(const estuary::v1::KvCompletion& c) {
+    absl::MutexLock lock(&mu_);
+    got_.push_back(c);
+  }
+  std::optional<estuary::v1::KvCompletion> Wait(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](std::vector<estuary::v1::KvCompletion>* g) { return !g->empty(); },
+                             &got_),
+                         timeout);
+    if (got_.empty()) return std::nullopt;
+    estuary::v1::KvCompletion c = got_.front();
+    got_.erase(got_.begin());
+    return c;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<estuary::v1::KvCompletion> got_ ABSL_GUARDED_BY(mu_);
+};
+
+// LayerReady-style calls: for each chunk, every rank (own thread) pushes every layer.
+absl::Status PushPrompt(KvPusher& pusher, int src_tp, const std::vector<int32_t>& local_pages,
+                        int chunk) {
+  for (int c0 = 0; c0 < kPrompt; c0 += chunk) {
+    const int c1 = std::min(kPrompt, c0 + chunk);
+    const int fp = c0 / kBlock;
+    const int ep = (c1 + kBlock - 1) / kBlock;
+    std::vector<absl::Status> status(static_cast<size_t>(src_tp));
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < src_tp; ++r) {
+      ranks.emplace_back([&, r] {
+        for (int l = 0; l < kLayers; ++l) {
+          absl::Status s = pusher.PushLayer(
+              r, l, c0, c1, absl::MakeConstSpan(local_pages).subspan(fp, ep - fp), fp);
+          if (!s.ok()) {
+            status[static_cast<size_t>(r)] = s;
+            return;
+          }
+        }
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    for (const absl::Status& s : status) {
+      if (!s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<uint8_t> Provenance() {
+  std::vector<uint8_t> p(kPrompt, kProvenanceFullDepth);
+  for (int i = 0; i < kPrompt; i += 3) p[static_cast<size_t>(i)] = static_cast<uint8_t>(i % 7);
+  return p;
+}
+
+// The two workers: a prefill pool (src_tp shards) and a decode pool (dst_tp shards) with a
+// receiver on `decode_transport`.
+struct World {
+  World(Transport& prefill_transport, Transport& decode_transport, int src_tp, int dst_tp)
+      : prefill(MakePool(src_tp, 8)), decode(MakePool(dst_tp, 8)), cache(prefill_transport) {
+    local_pages = *prefill->Allocate(3);
+    auto taken = decode->Allocate(2);  // so destination ids differ from source ids
+    remote_pages = *decode->Allocate(4);
+    std::reverse(remote_pages.begin(), remote_pages.end());  // and are not in order
+    FillAll(*prefill, kSrcJunk);
+    FillSource(*prefill, local_pages);
+    FillAll(*decode, kDstFill);
+    auto r = KvReceiver::Create(decode_transport, *decode, Fingerprint());
+    EXPECT_TRUE(r.ok()) << r.status();
+    receiver = std::move(*r);
+    EXPECT_TRUE(receiver->Start([this](const estuary::v1::KvCompletion& c) { inbox.Add(c); }).ok());
+  }
+
+  absl::StatusOr<std::unique_ptr<KvPusher>> Pusher(Transport& prefill_transport,
+                                                   const std::string& request_id,
+                                                   absl::Duration timeout = absl::Seconds(10)) {
+    return KvPusher::Create(prefill_transport, cache, *prefill,
+                            receiver->Describe(request_id, remote_pages, In(absl::Seconds(30))),
+                            Fingerprint(), kPrompt, In(timeout));
+  }
+
+  std::unique_ptr<KvPool> prefill, decode;
+  std::vector<int32_t> local_pages, remote_pages;
+  EndpointCache cache;
+  Inbox inbox;
+  std::unique_ptr<KvReceiver> receiver;  // last: stops before the rest goes
+};
+
+void RoundTrip(Transport& prefill_transport, Transport& decode_transport, int src_tp, int dst_tp,
+               int chunk) {
+  World w(prefill_transport, decode_transport, src_tp, dst_tp);
+  auto pusher = w.Pusher(prefill_transport, "req-1");
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  EXPECT_EQ((*pusher)->src_tp(), src_tp);
+  EXPECT_EQ((*pusher)->dst_tp(), dst_tp);
+  ASSERT_TRUE(PushPrompt(**pusher, src_tp, w.local_pages, chunk).ok());
+  const std::vector<uint8_t> provenance = Provenance();
+  ASSERT_TRUE((*pusher)->Complete(42, provenance, kPrompt).ok());
+  std::optional<estuary::v1::KvCompletion> c = w.inbox.Wait(absl::Seconds(5));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->request_id(), "req-1");
+  EXPECT_EQ(c->status_code(), 0);
+  EXPECT_EQ(c->first_token(), 42);
+  EXPECT_EQ(c->num_tokens(), kPrompt);
+  EXPECT_EQ(c->provenance(), std::string(provenance.begin(), provenance.end()));
+  EXPECT_EQ(CountMismatches(*w.decode, w.remote_pages, kPrompt), 0);
+  // After Complete, the pusher refuses more work.
+  EXPECT_EQ((*pusher)->PushLayer(0, 0, 0, 1, absl::MakeConstSpan(w.local_pages).subspan(0, 1), 0)
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+struct Param {
+  int src_tp, dst_tp, chunk;
+};
+
+class KvPushTpTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(KvPushTpTest, InProcessRoundTripIsByteExact) {
+  auto prefill = InProcessTransport::Create();
+  auto decode = InProcessTransport::Create();
+  RoundTrip(*prefill, *decode, GetParam().src_tp, GetParam().dst_tp, GetParam().chunk);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, KvPushTpTest,
+    ::testing::Values(Param{1, 1, 16}, Param{1, 2, 16}, Param{2, 1, 16}, Param{2, 2, 16},
+                      // chunks ending mid-page: two chunks write disjoint slots of one page
+                      Param{1, 2, 10}, Param{2, 1, 10}, Param{2, 2, 7}),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      return "src" + std::to_string(info.param.src_tp) + "_dst" +
+             std::to_string(info.param.dst_tp) + "_chunk" + std::to_string(info.param.chunk);
+    });
+
+class KvPushUcxTest : public ::testing::TestWithParam<int> {};
+
+// Over UCX (tcp, two workers in this process), prefill TP 2 -> decode TP 1; chunk 7 makes chunks
+// share pages, which UCX would not order without the disjoint-slot puts.
+TEST_P(KvPushUcxTest, TcpTp2ToTp1) {
+  UcxTransportOptions options;
+  options.tls = "tcp";
+  auto prefill = UcxTransport::Create(options);
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  auto decode = UcxTransport::Create(options);
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  RoundTrip(**prefill, **decode, 2, 1, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Chunks, KvPushUcxTest, ::testing::Values(16, 7));
+
+TEST(KvPushTest, FingerprintMismatchIsRefusedNamingBoth) {
+  auto prefill = InProcessTransport::Create();
+  auto decode = InProcessTransport::Create();
+  World w(*prefill, *decode, 1, 1);
+  auto pusher = KvPusher::Create(*prefill, w.cache, *w.prefill,
+                                 w.receiver->Describe("r", w.remote_pages, In(absl::Seconds(5))),
+                                 Fingerprint("other-model"), kPrompt, In(absl::Seconds(5)));
+  ASSERT_FALSE(pusher.ok());
+  EXPECT_EQ(pusher.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(pusher.status().message(), HasSubstr("model=other-model"));
+  EXPECT_THAT(pusher.status().message(), HasSubstr("model=test-model"));
+  EXPECT_EQ(w.cache.connects(), 0);  // refused before connecting
+}
+
+TEST(KvPushTest, BadDescriptorsAreRefused) {
+  auto prefill = InProcessTransport::Create();
+  auto decode = InProcessTransport::Create();
+  World w(*prefill, *decode, 2, 1);
+  const auto good = w.receiver->Describe("r", w.remote_pages, In(absl::Seconds(5)));
+  auto create = [&](const estuary::v1::TransferDescriptor& d, int tokens = kPrompt) {
+    return KvPusher::Create(*prefill, w.cache, *w.prefill, d, Fingerprint(), tokens,
+                            In(absl::Seconds(5)))
+        .status();
+  };
+  ASSERT_TRUE(create(good).ok());
+  auto d = good;
+  d.mutable_layout()->set_block_size(8);
+  EXPECT_THAT(create(d).message(), HasSubstr("block_size"));
+  d = good;
+  d.mutable_layout()->set_n_kv_heads(3);
+  EXPECT_THAT(create(d).message(), HasSubstr("n_kv_heads"));
+  d = good;
+  d.clear_page_ids();
+  d.add_page_ids(1);
+  d.add_page_ids(2);
+  EXPECT_THAT(create(d).message(), HasSubstr("2 page ids for a prompt of 37"));
+  d = good;
+  d.set_page_ids(0, 1000);
+  EXPECT_THAT(create(d).message(), HasSubstr("too few for page 1000"));
+  d = good;
+  d.set_transport("ucx");
+  EXPECT_EQ(create(d).code(), absl::StatusCode::kInvalidArgument);
+  d = good;
+  d.mutable_ranks(0)->mutable_layers()->RemoveLast();
+  EXPECT_THAT(create(d).message(), HasSubstr("layer regions"));
+  // Bad PushLayer arguments.
+  auto pusher = KvPusher::Create(*prefill, w.cache, *w.prefill, good, Fingerprint(), kPrompt,
+                                 In(absl::Seconds(5)));
+  ASSERT_TRUE(pusher.ok());
+  auto pages = absl::MakeConstSpan(w.local_pages);
+  EXPECT_EQ((*pusher)->PushLayer(2, 0, 0, 16, pages.subspan(0, 1), 0).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*pusher)->PushLayer(0, 0, 0, 40, pages, 0).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*pusher)->PushLayer(0, 0, 16, 20, pages.subspan(0, 1), 0).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*pusher)->Complete(1, {}, kPrompt).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(KvPushTest, CompletionCodecRejectsGarbage) {
+  estuary::v1::KvCompletion c;
+  c.set_request_id("x");
+  c.set_num_tokens(2);
+  c.set_provenance(std::string("\x01\xff", 2));
+  const std::string wire = EncodeKvCompletion(c);
+  auto back = DecodeKvCompletion(wire);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->provenance(), c.provenance());
+  std::string corrupted = wire;
+  CorruptBytes(corrupted);
+  EXPECT_FALSE(DecodeKvCompletion(corrupted).ok());
+  EXPECT_FALSE(DecodeKvCompletion("").ok());
+  EXPECT_FALSE(DecodeKvCompletion(wire.substr(0, wire.size() - 1)).ok());
+  c.set_num_tokens(3);  // provenance length mismatch
+  EXPECT_FALSE(DecodeKvCompletion(EncodeKvCompletion(c)).ok());
+}
+
+// --- Faults (FaultTransport on the prefill side) ---------------------------------------------
+
+struct FaultWorld {
+  explicit FaultWorld(const FaultConfig& config, int src_tp = 1, int dst_tp = 1)
+      : prefill(InProcessTransport::Create(), config),
+        decode(InProcessTransport::Create()),
+        world(std::make_unique<World>(prefill, *decode, src_tp, dst_tp)) {}
+  FaultTransport prefill;
+  std::unique_ptr<InProcessTransport> decode;
+  std::unique_ptr<World> world;
+};
+
+TEST(KvPushFaultTest, DroppedCompletionNeverArrives) {
+  FaultWorld f({.drop_all_messages = true});
+  auto pusher = f.world->Pusher(f.prefill, "dropped");
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  ASSERT_TRUE(PushPrompt(**pusher, 1, f.world->local_pages, 16).ok());
+  ASSERT_TRUE((*pusher)->Complete(7, Provenance(), kPrompt).ok());  // looks sent
+  EXPECT_FALSE(f.world->inbox.Wait(absl::Milliseconds(300)).has_value());
+  EXPECT_EQ(f.world->receiver->completions(), 0);  // the decode lease frees the pages
+}
+
+TEST(KvPushFaultTest, DelayedCompletionArrivesLate) {
+  FaultWorld f({.message_delay = absl::Milliseconds(150)});
+  auto pusher = f.world->Pusher(f.prefill, "slow");
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  ASSERT_TRUE(PushPrompt(**pusher, 1, f.world->local_pages, 16).ok());
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE((*pusher)->Complete(7, Provenance(), kPrompt).ok());
+  auto c = f.world->inbox.Wait(absl::Seconds(5));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(150));
+  EXPECT_EQ(c->request_id(), "slow");
+  EXPECT_EQ(CountMismatches(*f.world->decode, f.world->remote_pages, kPrompt), 0);
+}
+
+TEST(KvPushFaultTest, DelayPastDeadlineFailsTheRequest) {
+  FaultWorld f({.put_delay = absl::Milliseconds(400)});
+  auto pusher = f.world->Pusher(f.prefill, "late", absl::Milliseconds(200));
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  const absl::Time start = absl::Now();
+  absl::Status s = PushPrompt(**pusher, 1, f.world->local_pages, 16);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+TEST(KvPushFaultTest, CorruptedCompletionIsDroppedAndTheEndpointReused) {
+  FaultWorld f({.corrupt_message_index = 0});
+  auto first = f.world->Pusher(f.prefill, "corrupted");
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(PushPrompt(**first, 1, f.world->local_pages, 16).ok());
+  ASSERT_TRUE((*first)->Complete(7, Provenance(), kPrompt).ok());
+  EXPECT_FALSE(f.world->inbox.Wait(absl::Milliseconds(200)).has_value());
+  EXPECT_EQ(f.world->receiver->dropped_messages(), 1);
+  // The next request on the same (cached) endpoint goes through.
+  auto second = f.world->Pusher(f.prefill, "fine");
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(PushPrompt(**second, 1, f.world->local_pages, 16).ok());
+  ASSERT_TRUE((*second)->Complete(8, Provenance(), kPrompt).ok());
+  auto c = f.world->inbox.Wait(absl::Seconds(5));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->request_id(), "fine");
+  EXPECT_EQ(f.world->cache.connects(), 1);
+}
+
+TEST(KvPushFaultTest, FailAfterNMakesPushFailAndAbortGoesOut) {
+  FaultWorld f({.fail_after_ops = 5}, 2, 2);
+  auto pusher = f.world->Pusher(f.prefill, "failing");
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  absl::Status s = PushPrompt(**pusher, 2, f.world->local_pages, 16);
+  ASSERT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  // Sticky: the request stays failed.
+  EXPECT_EQ((*pusher)->Complete(7, Provenance(), kPrompt).code(), absl::StatusCode::kUnavailable);
+  // Abort reconnects (the cached endpoint failed) and tells the decode worker.
+  ASSERT_TRUE((*pusher)->Abort(s).ok());
+  auto c = f.world->inbox.Wait(absl::Seconds(5));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->request_id(), "failing");
+  EXPECT_EQ(c->status_code(), static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(c->status_message(), HasSubstr("fault injection"));
+  EXPECT_TRUE((*pusher)->Abort(s).ok());  // idempotent
+}
+
+TEST(KvPushFaultTest, DeadPeerIsUnavailableForThisRequestOnly) {
+  auto prefill = InProcessTransport::Create();
+  auto decode = InProcessTransport::Create();
+  auto w = std::make_unique<World>(*prefill, *decode, 1, 2);
+  auto pusher = w->Pusher(*prefill, "orphan");
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  w->receiver.reset();
+  decode.reset();  // the decode worker dies
+  const absl::Time start = absl::Now();
+  absl::Status s = PushPrompt(**pusher, 1, w->local_pages, 16);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_FALSE((*pusher)->Abort(s).ok());  // nobody to tell; the lease was on the dead side
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+
+  // A new decode worker: the same prefill transport and cache serve it.
+  auto decode2 = InProcessTransport::Create();
+  World w2(*prefill, *decode2, 1, 2);
+  auto ok = w2.Pusher(*prefill, "next");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_TRUE(PushPrompt(**ok, 1, w2.local_pages, 16).ok());
+  ASSERT_TRUE((*ok)->Complete(1, Provenance(), kPrompt).ok());
+  ASSERT_TRUE(w2.inbox.Wait(absl::Seconds(5)).has_value());
+  EXPECT_EQ(CountMismatches(*w2.decode, w2.remote_pages, kPrompt), 0);
+}
+
+}  // namespace
+}  // namespace estuary::kvtransfer

@@ -1,0 +1,380 @@
+#include "kvtransfer/kv_pusher.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "core/common/status_macros.h"
+#include "kvtransfer/fingerprint.h"
+#include "kvtransfer/kv_receiver.h"
+
+namespace estuary::kvtransfer {
+namespace {
+
+constexpr int kDtypeBytes = sizeof(float);
+constexpr size_t kMaxStatusMessage = 1024;
+
+// Status messages go into a proto3 string (must be UTF-8): keep printable ASCII only.
+std::string AsciiMessage(absl::string_view message) {
+  std::string out;
+  for (char c : message.substr(0, kMaxStatusMessage)) {
+    out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// CachedEndpoint / EndpointCache
+
+absl::StatusOr<const RemoteRegion*> CachedEndpoint::Import(const RegionDescriptor& region) {
+  std::string key = absl::StrCat(region.base, ":", region.bytes, ":");
+  key.append(region.rkey);
+  absl::MutexLock lock(&mu_);
+  if (auto it = imported_.find(key); it != imported_.end()) return it->second;
+  ESTUARY_ASSIGN_OR_RETURN(const RemoteRegion* remote, endpoint_->ImportRegion(region));
+  imported_.emplace(std::move(key), remote);
+  return remote;
+}
+
+absl::Status CachedEndpoint::Put(const void* local, size_t bytes, const RemoteRegion& dst,
+                                 uint64_t dst_offset, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  return endpoint_->Put(local, bytes, dst, dst_offset, deadline);
+}
+
+absl::Status CachedEndpoint::Flush(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  return endpoint_->Flush(deadline);
+}
+
+absl::Status CachedEndpoint::SendMessage(std::string_view payload, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  return endpoint_->SendMessage(payload, deadline);
+}
+
+absl::Status CachedEndpoint::Health() const {
+  absl::MutexLock lock(&mu_);
+  return endpoint_->Health();
+}
+
+absl::StatusOr<std::shared_ptr<CachedEndpoint>> EndpointCache::Get(std::string_view peer_address,
+                                                                   int src_rank,
+                                                                   absl::Time deadline) {
+  std::shared_ptr<Slot> slot;
+  {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<Slot>& s = slots_[std::make_pair(std::string(peer_address), src_rank)];
+    if (s == nullptr) s = std::make_shared<Slot>();
+    slot = s;
+  }
+  absl::MutexLock lock(&slot->mu);
+  if (slot->current != nullptr && slot->current->Health().ok()) return slot->current;
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> endpoint,
+                           transport_.Connect(peer_address, deadline));
+  {
+    absl::MutexLock counter_lock(&mu_);
+    ++connects_;
+  }
+  slot->current = std::make_shared<CachedEndpoint>(std::move(endpoint));
+  return slot->current;
+}
+
+int64_t EndpointCache::connects() const {
+  absl::MutexLock lock(&mu_);
+  return connects_;
+}
+
+// ---------------------------------------------------------------------------------------------
+// KvPusher
+
+KvPusher::KvPusher(Transport& transport, EndpointCache& endpoints, const KvPool& local_pool,
+                   const estuary::v1::TransferDescriptor& descriptor, int num_prompt_tokens,
+                   absl::Time deadline)
+    : transport_(transport),
+      endpoints_(endpoints),
+      local_pool_(local_pool),
+      descriptor_(descriptor),
+      num_prompt_tokens_(num_prompt_tokens),
+      deadline_(deadline) {}
+
+absl::StatusOr<std::unique_ptr<KvPusher>> KvPusher::Create(
+    Transport& transport, EndpointCache& endpoints, const KvPool& local_pool,
+    const estuary::v1::TransferDescriptor& descriptor,
+    const estuary::v1::KvFormatFingerprint& local_fingerprint, int num_prompt_tokens,
+    absl::Time deadline) {
+  // 1. Same KV format on both ends.
+  ESTUARY_RETURN_IF_ERROR(CheckFingerprintsMatch(local_fingerprint, descriptor.fingerprint()));
+
+  // 2. The local pool is what the local fingerprint says.
+  const KvLayout& local = local_pool.layout();
+  const estuary::v1::KvLayoutSpec& whole = local_fingerprint.layout();
+  const int total_heads = whole.n_kv_heads();
+  const int src_tp = local_pool.num_shards();
+  if (local.n_layers != whole.n_layers() || local.head_dim != whole.head_dim() ||
+      local.block_size != whole.block_size() || local.n_kv_heads * src_tp != total_heads ||
+      local_fingerprint.dtype() != "f32") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "local KV pool (layers=", local.n_layers, " kv_heads=", local.n_kv_heads, "x", src_tp,
+        " head_dim=", local.head_dim, " block=", local.block_size,
+        ") does not match the local fingerprint <", FingerprintString(local_fingerprint), ">"));
+  }
+
+  // 3. The descriptor.
+  const std::string& id = descriptor.request_id();
+  auto bad = [&id](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("transfer descriptor for '", id, "': ", parts...));
+  };
+  if (descriptor.transport() != transport.kind()) {
+    return bad("transport '", descriptor.transport(), "' but this worker uses '",
+               std::string(transport.kind()), "'");
+  }
+  if (descriptor.worker_address().empty()) return bad("empty worker_address");
+  const int dst_tp = descriptor.tp_size();
+  const estuary::v1::KvLayoutSpec& dl = descriptor.layout();
+  if (dst_tp <= 0 || total_heads % dst_tp != 0 || dl.n_kv_heads() * dst_tp != total_heads) {
+    return bad("layout.n_kv_heads=", dl.n_kv_heads(), " with tp_size=", dst_tp,
+               " does not split the model's ", total_heads, " KV heads");
+  }
+  if (dl.n_layers() != local.n_layers) {
+    return bad("layout.n_layers=", dl.n_layers(), " but the model has ", local.n_layers);
+  }
+  if (dl.head_dim() != local.head_dim) {
+    return bad("layout.head_dim=", dl.head_dim(), " but the model has ", local.head_dim);
+  }
+  if (dl.block_size() != local.block_size) {
+    return bad("layout.block_size=", dl.block_size(), " but the local block size is ",
+               local.block_size);
+  }
+  if (!dl.dtype().empty() && dl.dtype() != local_fingerprint.dtype()) {
+    return bad("layout.dtype=", dl.dtype(), " but the local dtype is ", local_fingerprint.dtype());
+  }
+  if (num_prompt_tokens <= 0) return bad("num_prompt_tokens=", num_prompt_tokens);
+  const int pages_needed = (num_prompt_tokens + local.block_size - 1) / local.block_size;
+  if (descriptor.page_ids_size() < pages_needed) {
+    return bad(descriptor.page_ids_size(), " page ids for a prompt of ", num_prompt_tokens,
+               " tokens (", pages_needed, " pages of ", local.block_size, ")");
+  }
+  if (descriptor.ranks_size() != dst_tp) {
+    return bad(descriptor.ranks_size(), " ranks for tp_size=", dst_tp);
+  }
+  ReshardShape shape{total_heads, local.head_dim, local.block_size, kDtypeBytes};
+  const int64_t dst_page_bytes = PageLayerBytes(shape, dst_tp);
+  int64_t max_page = 0;
+  for (int32_t page : descriptor.page_ids()) {
+    if (page < 0) return bad("negative page id ", page);
+    max_page = std::max<int64_t>(max_page, page);
+  }
+  for (int r = 0; r < dst_tp; ++r) {
+    const estuary::v1::KvRankRegions& rank = descriptor.ranks(r);
+    if (rank.tp_rank() != r) return bad("ranks[", r, "].tp_rank=", rank.tp_rank());
+    if (rank.layers_size() != local.n_layers) {
+      return bad("ranks[", r, "] has ", rank.layers_size(), " layer regions, want ",
+                 local.n_layers);
+    }
+    for (int l = 0; l < local.n_layers; ++l) {
+      if (static_cast<int64_t>(rank.layers(l).bytes()) < (max_page + 1) * dst_page_bytes) {
+        return bad("ranks[", r, "].layers[", l, "] has ", rank.layers(l).bytes(),
+                   " bytes, too few for page ", max_page);
+      }
+    }
+  }
+
+  // 4. Plan, connect, import.
+  ESTUARY_ASSIGN_OR_RETURN(std::vector<RankPairPlan> plan, PlanReshard(shape, src_tp, dst_tp));
+  std::unique_ptr<KvPusher> p(new KvPusher(transport, endpoints, local_pool, descriptor,
+                                           num_prompt_tokens, deadline));
+  p->src_tp_ = src_tp;
+  p->dst_tp_ = dst_tp;
+  p->block_size_ = local.block_size;
+  p->head_dim_ = local.head_dim;
+  p->src_heads_ = total_heads / src_tp;
+  p->dst_heads_ = total_heads / dst_tp;
+  p->src_page_bytes_ = PageLayerBytes(shape, src_tp);
+  p->dst_page_bytes_ = dst_page_bytes;
+  p->links_.resize(static_cast<size_t>(src_tp));
+  for (RankPairPlan& pair : plan) {
+    const estuary::v1::KvRankRegions& rank = descriptor.ranks(pair.dst_rank);
+    const std::string& address =
+        rank.worker_address().empty() ? descriptor.worker_address() : rank.worker_address();
+    Link link;
+    link.dst_rank = pair.dst_rank;
+    link.head_lo = std::max(pair.src_rank * p->src_heads_, pair.dst_rank * p->dst_heads_);
+    link.head_hi =
+        std::min((pair.src_rank + 1) * p->src_heads_, (pair.dst_rank + 1) * p->dst_heads_);
+    link.chunks = std::move(pair.chunks);
+    ESTUARY_ASSIGN_OR_RETURN(link.endpoint, endpoints.Get(address, pair.src_rank, deadline));
+    for (int l = 0; l < local.n_layers; ++l) {
+      const estuary::v1::KvRemoteRegion& r = rank.layers(l);
+      ESTUARY_ASSIGN_OR_RETURN(const RemoteRegion* remote,
+                               link.endpoint->Import({r.base_address(), r.bytes(), r.rkey()}));
+      link.layers.push_back(remote);
+    }
+    if (std::find(p->used_.begin(), p->used_.end(), link.endpoint) == p->used_.end()) {
+      p->used_.push_back(link.endpoint);
+    }
+    p->links_[static_cast<size_t>(pair.src_rank)].push_back(std::move(link));
+  }
+  return p;
+}
+
+absl::Status KvPusher::Failed() const {
+  absl::MutexLock lock(&mu_);
+  if (completed_ || aborted_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "KV push of '", descriptor_.request_id(), "' already ", completed_ ? "completed" : "aborted"));
+  }
+  return failure_;
+}
+
+void KvPusher::RecordFailure(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (failure_.ok()) failure_ = status;
+}
+
+absl::Status KvPusher::PushLayer(int src_rank, int layer, int first_pos, int end_pos,
+                                 absl::Span<const int32_t> local_pages, int first_page_index) {
+  if (src_rank < 0 || src_rank >= src_tp_ || layer < 0 ||
+      layer >= local_pool_.layout().n_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PushLayer: src_rank ", src_rank, " / layer ", layer, " out of range"));
+  }
+  if (first_pos < 0 || end_pos <= first_pos || end_pos > num_prompt_tokens_) {
+    return absl::InvalidArgumentError(absl::StrCat("PushLayer: positions [", first_pos, ", ",
+                                                   end_pos, ") outside the prompt of ",
+                                                   num_prompt_tokens_));
+  }
+  const int b = block_size_;
+  const int first_page = first_pos / b;
+  const int end_page = (end_pos + b - 1) / b;
+  if (first_page_index != first_page ||
+      local_pages.size() != static_cast<size_t>(end_page - first_page)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PushLayer: positions [", first_pos, ", ", end_pos, ") span pages [", first_page, ", ",
+        end_page, ") but got ", local_pages.size(), " pages from index ", first_page_index));
+  }
+  ESTUARY_RETURN_IF_ERROR(Failed());
+  for (int i = first_page; i < end_page; ++i) {
+    const int32_t local_page = local_pages[static_cast<size_t>(i - first_page)];
+    if (local_page < 0 || local_page >= local_pool_.num_pages()) {
+      return absl::InvalidArgumentError(absl::StrCat("PushLayer: local page ", local_page,
+                                                     " outside the pool"));
+    }
+    const int slot_begin = std::max(first_pos, i * b) - i * b;
+    const int slot_end = std::min(end_pos, (i + 1) * b) - i * b;
+    absl::Status s =
+        PutPage(src_rank, layer, local_page, descriptor_.page_ids(i), slot_begin, slot_end);
+    if (!s.ok()) {
+      RecordFailure(s);
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvPusher::PutPage(int src_rank, int layer, int32_t local_page, int32_t remote_page,
+                               int slot_begin, int slot_end) {
+  const char* src = static_cast<const char*>(local_pool_.layer_region(layer, src_rank).data) +
+                    int64_t{local_page} * src_page_bytes_;
+  const uint64_t dst_page = static_cast<uint64_t>(remote_page) * dst_page_bytes_;
+  const bool full = slot_begin == 0 && slot_end == block_size_;
+  const int64_t slot_bytes = int64_t{head_dim_} * kDtypeBytes;
+  const int64_t head_bytes = slot_bytes * block_size_;
+  for (const Link& link : links_[static_cast<size_t>(src_rank)]) {
+    const RemoteRegion& dst = *link.layers[static_cast<size_t>(layer)];
+    if (full) {
+      // Whole page-layer: the plan's chunks (K and V of the overlapping heads).
+      for (const CopyChunk& c : link.chunks) {
+        ESTUARY_RETURN_IF_ERROR(link.endpoint->Put(src + c.src_offset, static_cast<size_t>(c.bytes),
+                                                   dst, dst_page + c.dst_offset, deadline_));
+        puts_.fetch_add(1, std::memory_order_relaxed);
+      }
+      continue;
+    }
+    // Partly covered page: only slots [slot_begin, slot_end) of each head's K and V, so that
+    // another chunk's puts into the same page touch disjoint bytes.
+    const int src_lo = src_rank * src_heads_;
+    const int dst_lo = link.dst_rank * dst_heads_;
+    const int64_t bytes = (slot_end - slot_begin) * slot_bytes;
+    for (int kv = 0; kv < 2; ++kv) {
+      for (int h = link.head_lo; h < link.head_hi; ++h) {
+        const int64_t src_off =
+            (int64_t{kv} * src_heads_ + (h - src_lo)) * head_bytes + slot_begin * slot_bytes;
+        const int64_t dst_off =
+            (int64_t{kv} * dst_heads_ + (h - dst_lo)) * head_bytes + slot_begin * slot_bytes;
+        ESTUARY_RETURN_IF_ERROR(link.endpoint->Put(src + src_off, static_cast<size_t>(bytes), dst,
+                                                   dst_page + dst_off, deadline_));
+        puts_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvPusher::Send(const estuary::v1::KvCompletion& completion, absl::Time deadline,
+                            int attempts) {
+  const std::string payload = EncodeKvCompletion(completion);
+  absl::Status last;
+  for (int i = 0; i < attempts; ++i) {
+    absl::StatusOr<std::shared_ptr<CachedEndpoint>> ep =
+        endpoints_.Get(descriptor_.worker_address(), 0, deadline);
+    if (!ep.ok()) return ep.status();
+    last = (*ep)->SendMessage(payload, deadline);
+    if (last.ok() || !absl::IsUnavailable(last)) return last;
+  }
+  return last;
+}
+
+absl::Status KvPusher::Complete(int32_t first_token, absl::Span<const uint8_t> provenance,
+                                int num_tokens) {
+  if (num_tokens != num_prompt_tokens_ || provenance.size() != static_cast<size_t>(num_tokens)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Complete: ", num_tokens, " tokens with ", provenance.size(),
+        " provenance bytes for a prompt of ", num_prompt_tokens_));
+  }
+  ESTUARY_RETURN_IF_ERROR(Failed());
+  for (const std::shared_ptr<CachedEndpoint>& ep : used_) {
+    if (absl::Status s = ep->Flush(deadline_); !s.ok()) {
+      RecordFailure(s);
+      return s;
+    }
+  }
+  estuary::v1::KvCompletion c;
+  c.set_request_id(descriptor_.request_id());
+  c.set_num_tokens(num_tokens);
+  c.set_first_token(first_token);
+  c.set_provenance(std::string(provenance.begin(), provenance.end()));
+  c.set_status_code(0);
+  if (absl::Status s = Send(c, deadline_, 1); !s.ok()) {
+    RecordFailure(s);
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  completed_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status KvPusher::Abort(const absl::Status& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (completed_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("KV push of '", descriptor_.request_id(), "' already completed"));
+    }
+    if (aborted_) return absl::OkStatus();
+    aborted_ = true;
+  }
+  const absl::Time deadline = std::max(deadline_, absl::Now() + kAbortGrace);
+  // Let posted puts land before the decode worker frees (and reuses) the pages.
+  for (const std::shared_ptr<CachedEndpoint>& ep : used_) {
+    if (ep->Health().ok()) (void)ep->Flush(deadline);
+  }
+  estuary::v1::KvCompletion c;
+  c.set_request_id(descriptor_.request_id());
+  c.set_status_code(static_cast<int>(reason.ok() ? absl::StatusCode::kAborted : reason.code()));
+  c.set_status_message(AsciiMessage(reason.ok() ? "aborted" : reason.message()));
+  return Send(c, deadline, 2);
+}
+
+}  // namespace estuary::kvtransfer

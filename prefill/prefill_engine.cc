@@ -1,0 +1,326 @@
+#include "prefill/prefill_engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/common/logging.h"
+#include "core/common/status_macros.h"
+#include "core/model/generator.h"
+#include "core/model/paged_kv_view.h"
+
+namespace estuary {
+
+// One request's state, owned by the engine thread.
+struct PrefillEngine::Sequence {
+  Sequence(PrefillRequest r, KvPool* pool, float threshold)
+      : request(std::move(r)), sampler(request.sampling), kv(pool), exit_threshold(threshold) {}
+
+  int prompt_len() const { return static_cast<int>(request.prompt_ids.size()); }
+
+  PrefillRequest request;
+  Sampler sampler;
+  SequenceKv kv;  // length(): prompt positions whose KV is written
+  float exit_threshold;
+  std::vector<int> chunk_backbone_layers;
+  int32_t first_token = -1;
+  bool finished = false;
+};
+
+absl::Status PrefillEngineOptions::Validate(const LlamaConfig& config) const {
+  if (max_num_batched_tokens < 1 || max_num_batched_tokens > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-num-batched-tokens = ", max_num_batched_tokens, " must be in [1, 1048576]"));
+  }
+  if (block_size < 1 || block_size > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--block-size = ", block_size, " must be in [1, 1024]"));
+  }
+  if (max_num_seqs < 1 || max_num_seqs > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-num-seqs = ", max_num_seqs, " must be in [1, 4096]"));
+  }
+  if (kv_cache_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-cache-bytes = ", kv_cache_bytes, " must be > 0"));
+  }
+  if (prefill_exit) return exit.Validate(config.n_layers);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(
+    ShardedModel& model, const PrefillEngineOptions& options, PrefillSink sink) {
+  const LlamaConfig& config = model.config();
+  ESTUARY_RETURN_IF_ERROR(options.Validate(config));
+  if (options.prefill_exit && model.river(0) == nullptr) {
+    return absl::FailedPreconditionError(
+        "--prefill-exit needs the exit river: call ShardedModel::BuildRiver first");
+  }
+  const int tp = model.tp_size();
+  const KvLayout layout = KvLayout::FromConfig(config, options.block_size, tp);
+  ESTUARY_RETURN_IF_ERROR(layout.Validate());
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<KvPool> pool,
+                           KvPool::Create(layout, options.kv_cache_bytes, tp));
+  ESTUARY_VLOG(1) << "prefill engine: tp " << tp << ", " << pool->num_pages() << " pages of "
+                  << options.block_size << " tokens";
+  return std::unique_ptr<PrefillEngine>(new PrefillEngine(
+      model, options, std::move(sink), std::shared_ptr<KvPool>(std::move(pool))));
+}
+
+PrefillEngine::PrefillEngine(ShardedModel& model, const PrefillEngineOptions& options,
+                             PrefillSink sink, std::shared_ptr<KvPool> pool)
+    : model_(model), options_(options), sink_(std::move(sink)), pool_(std::move(pool)) {}
+
+// Sequences hold pages of the pool, so they go before it.
+PrefillEngine::~PrefillEngine() {
+  running_.clear();
+  waiting_.clear();
+}
+
+absl::Status PrefillEngine::Submit(PrefillRequest request) {
+  const LlamaConfig& config = model_.config();
+  ESTUARY_RETURN_IF_ERROR(ValidatePromptIds(config, request.prompt_ids));
+  ESTUARY_RETURN_IF_ERROR(request.sampling.Validate());
+  if (request.exit_threshold &&
+      !(*request.exit_threshold >= -1.0f && *request.exit_threshold <= 2.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("exit threshold ", *request.exit_threshold, " must be in [-1, 2]"));
+  }
+  const int64_t block = options_.block_size;
+  const int64_t pages = (static_cast<int64_t>(request.prompt_ids.size()) + block - 1) / block;
+  if (pages > pool_->num_pages()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "prompt of ", request.prompt_ids.size(), " tokens needs ", pages,
+        " KV pages; the prefill pool has ", pool_->num_pages(), " (--kv-cache-bytes = ",
+        options_.kv_cache_bytes, ")"));
+  }
+  absl::MutexLock lock(&inbox_mu_);
+  if (!live_ids_.insert(request.request_id).second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request id '", request.request_id, "' is already live"));
+  }
+  inbox_.push_back(std::move(request));
+  return absl::OkStatus();
+}
+
+bool PrefillEngine::Abort(const std::string& request_id) {
+  absl::MutexLock lock(&inbox_mu_);
+  if (!live_ids_.contains(request_id)) return false;
+  abort_inbox_.push_back(request_id);
+  return true;
+}
+
+bool PrefillEngine::Idle() const {
+  absl::MutexLock lock(&inbox_mu_);
+  return inbox_.empty() && abort_inbox_.empty() && waiting_.empty() && running_.empty();
+}
+
+void PrefillEngine::DrainInbox() {
+  std::vector<PrefillRequest> requests;
+  std::vector<std::string> aborts;
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    requests.swap(inbox_);
+    aborts.swap(abort_inbox_);
+  }
+  for (PrefillRequest& request : requests) {
+    const float tau = options_.prefill_exit
+                          ? request.exit_threshold.value_or(options_.exit.default_threshold)
+                          : 2.0f;
+    waiting_.push_back(std::make_unique<Sequence>(std::move(request), pool_.get(), tau));
+  }
+  for (const std::string& id : aborts) {
+    auto cancel = [&](auto& sequences) {
+      for (auto& s : sequences) {
+        if (s->request.request_id == id && !s->finished) {
+          Finish(*s, absl::CancelledError(absl::StrCat("request '", id, "' aborted")));
+        }
+      }
+    };
+    cancel(waiting_);
+    cancel(running_);
+  }
+}
+
+void PrefillEngine::ExpireDeadlines() {
+  const absl::Time now = absl::Now();
+  auto expire = [&](auto& sequences) {
+    for (auto& s : sequences) {
+      if (!s->finished && s->request.deadline && now > *s->request.deadline) {
+        Finish(*s, absl::DeadlineExceededError(absl::StrCat(
+                       "request '", s->request.request_id, "' passed its deadline after ",
+                       s->kv.length(), " of ", s->prompt_len(), " prompt tokens")));
+      }
+    }
+  };
+  expire(waiting_);
+  expire(running_);
+}
+
+absl::Status PrefillEngine::RunBatch(bool* ran) {
+  *ran = false;
+  int budget = options_.max_num_batched_tokens;
+  std::vector<Sequence*> batch;
+  std::vector<int> chunk_begin, chunk_end;
+  auto add = [&](Sequence& s) {
+    const int begin = s.kv.length();
+    const int end = std::min(s.prompt_len(), begin + budget);
+    budget -= end - begin;
+    batch.push_back(&s);
+    chunk_begin.push_back(begin);
+    chunk_end.push_back(end);
+  };
+  // Running prompts first (arrival order), then admissions while the budget and pool allow.
+  for (auto& s : running_) {
+    if (budget == 0) break;
+    if (!s->finished) add(*s);
+  }
+  while (budget > 0 && !waiting_.empty() &&
+         static_cast<int>(running_.size()) < options_.max_num_seqs) {
+    Sequence& s = *waiting_.front();
+    if (!s.kv.Reserve(s.prompt_len()).ok()) {
+      s.kv.Release();  // all or nothing already; keep it waiting (FIFO: no overtaking)
+      break;
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    add(s);
+  }
+  if (batch.empty()) return absl::OkStatus();
+
+  const int tp = model_.tp_size();
+  const int block = options_.block_size;
+  const size_t n = batch.size();
+  std::vector<BatchEntry> entries(n);
+  size_t with_logits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    Sequence& s = *batch[i];
+    BatchEntry& e = entries[i];
+    e.tokens = absl::MakeConstSpan(s.request.prompt_ids.data() + chunk_begin[i],
+                                   static_cast<size_t>(chunk_end[i] - chunk_begin[i]));
+    e.start_pos = chunk_begin[i];
+    e.exit_threshold = s.exit_threshold;
+    e.want_logits = chunk_end[i] == s.prompt_len();
+    with_logits += e.want_logits;
+  }
+  // Each rank's KV views, and its LayerReady events (one per chunk, `layer` set per call): each
+  // rank thread touches only its own row, so the callbacks need no lock.
+  std::vector<std::vector<PagedKvView>> views(static_cast<size_t>(tp));
+  std::vector<std::vector<LayerReady>> events(static_cast<size_t>(tp));
+  for (int r = 0; r < tp; ++r) {
+    views[r].reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      Sequence& s = *batch[i];
+      views[r].emplace_back(&s.kv, r);
+      LayerReady ready;
+      ready.request_id = s.request.request_id;
+      ready.rank = r;
+      ready.first_pos = chunk_begin[i];
+      ready.end_pos = chunk_end[i];
+      ready.first_page = chunk_begin[i] / block;
+      const int last_page = (chunk_end[i] - 1) / block;
+      ready.pages.assign(s.kv.pages().begin() + ready.first_page,
+                         s.kv.pages().begin() + last_page + 1);
+      events[r].push_back(std::move(ready));
+    }
+  }
+  ShardedForwardOptions forward;
+  forward.use_river = options_.prefill_exit;
+  if (options_.prefill_exit) forward.policy = options_.exit;  // otherwise no exit at all
+  forward.matmul_path = kernels::cpu::MatMulPath::kBatchInvariant;
+  if (sink_.on_layer_ready) {
+    forward.on_layer_done = [this, &events](int rank, int layer) {
+      for (LayerReady& ready : events[static_cast<size_t>(rank)]) {
+        ready.layer = layer;
+        sink_.on_layer_ready(ready);
+      }
+    };
+  }
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  std::vector<float> logits(with_logits * vocab);
+  std::vector<EntryOutcome> outcomes(n);
+  *ran = true;
+  ++steps_;
+  const absl::Status status = model_.Forward(
+      entries,
+      [&views](int rank, size_t entry) -> KvView* {
+        return &views[static_cast<size_t>(rank)][entry];
+      },
+      forward, absl::MakeSpan(logits), absl::MakeSpan(outcomes));
+  if (!status.ok()) {
+    ESTUARY_LOG(WARNING) << "prefill step over " << n << " chunks failed: " << status;
+    for (Sequence* s : batch) {
+      if (!s->finished) Finish(*s, status);
+    }
+    return status;
+  }
+  size_t logit_row = 0;
+  for (size_t i = 0; i < n; ++i) {
+    Sequence& s = *batch[i];
+    s.kv.set_length(chunk_end[i]);
+    s.chunk_backbone_layers.push_back(outcomes[i].backbone_layers);
+    prefill_tokens_ += chunk_end[i] - chunk_begin[i];
+    if (!entries[i].want_logits) continue;
+    s.first_token =
+        s.sampler.Sample(absl::MakeSpan(logits.data() + logit_row * vocab, vocab),
+                         s.request.prompt_ids);
+    ++logit_row;
+    Finish(s, absl::OkStatus());
+  }
+  return absl::OkStatus();
+}
+
+void PrefillEngine::Finish(Sequence& s, absl::Status status) {
+  s.finished = true;
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    live_ids_.erase(s.request.request_id);
+  }
+  PrefillDone done;
+  done.request_id = s.request.request_id;
+  done.status = std::move(status);
+  if (done.status.ok()) done.first_token = s.first_token;
+  done.num_tokens = s.kv.length();
+  done.pages = s.kv.pages();
+  done.provenance.reserve(static_cast<size_t>(done.num_tokens));
+  for (int pos = 0; pos < done.num_tokens; ++pos) done.provenance.push_back(s.kv.provenance(pos));
+  done.chunk_backbone_layers = std::move(s.chunk_backbone_layers);
+  done.pool = pool_;
+  done.kv = std::move(s.kv);
+  if (sink_.on_done) sink_.on_done(done);
+  // `done.kv`, unless the consumer moved it out, releases its pages here.
+}
+
+void PrefillEngine::RemoveFinished() {
+  auto done = [](const std::unique_ptr<Sequence>& s) { return s->finished; };
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), done), waiting_.end());
+  running_.erase(std::remove_if(running_.begin(), running_.end(), done), running_.end());
+}
+
+absl::Status PrefillEngine::Step() {
+  DrainInbox();
+  ExpireDeadlines();
+  RemoveFinished();
+  bool ran = false;
+  const absl::Status status = RunBatch(&ran);
+  RemoveFinished();
+  return status;
+}
+
+absl::Status PrefillEngine::RunUntilIdle(absl::Time deadline) {
+  while (!Idle()) {
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("prefill engine did not drain: ",
+                                                      waiting_.size(), " waiting, ",
+                                                      running_.size(), " running"));
+    }
+    const int64_t before = steps_;
+    ESTUARY_RETURN_IF_ERROR(Step());
+    // Nothing could run: the pool is full of pages that consumers still hold.
+    if (steps_ == before && !Idle()) absl::SleepFor(absl::Milliseconds(1));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace estuary

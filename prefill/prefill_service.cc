@@ -1,0 +1,187 @@
+#include "prefill/prefill_service.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/common/logging.h"
+#include "core/common/status_macros.h"
+#include "kvtransfer/fingerprint.h"
+#include "rpc/status_convert.h"
+#include "rpc/worker_request.h"
+
+namespace estuary {
+namespace {
+// How often a waiting Prefill handler looks at its client.
+constexpr absl::Duration kClientPoll = absl::Milliseconds(50);
+}  // namespace
+
+struct PrefillService::Pending {
+  std::unique_ptr<kvtransfer::KvPusher> pusher;
+  absl::Mutex mu;
+  absl::Status push_error ABSL_GUARDED_BY(mu);  // the first failed PushLayer
+  std::optional<PrefillDone> done ABSL_GUARDED_BY(mu);
+  absl::Time last_layer ABSL_GUARDED_BY(mu);
+  bool HasDone() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return done.has_value(); }
+};
+
+absl::StatusOr<std::unique_ptr<PrefillService>> PrefillService::Create(
+    ShardedModel& model, kvtransfer::Transport& transport, const PrefillServiceOptions& options) {
+  const LlamaConfig& c = model.config();
+  std::unique_ptr<PrefillService> service(new PrefillService(
+      transport, options,
+      kvtransfer::MakeFingerprint(options.model_id, c.n_layers, c.n_kv_heads, c.head_dim,
+                                  options.engine.block_size)));
+  PrefillService* self = service.get();
+  PrefillSink sink;
+  sink.on_layer_ready = [self](const LayerReady& event) { self->OnLayerReady(event); };
+  sink.on_done = [self](PrefillDone& done) { self->OnDone(done); };
+  ESTUARY_ASSIGN_OR_RETURN(service->engine_, PrefillEngine::Create(model, options.engine, sink));
+  service->loop_ = std::make_unique<StepLoop>([self] { return !self->engine_->Idle(); },
+                                              [self] { self->StepOnce(); });
+  return service;
+}
+
+PrefillService::PrefillService(kvtransfer::Transport& transport,
+                               const PrefillServiceOptions& options,
+                               estuary::v1::KvFormatFingerprint fingerprint)
+    : transport_(transport),
+      options_(options),
+      fingerprint_(std::move(fingerprint)),
+      endpoints_(transport) {}
+
+PrefillService::~PrefillService() { loop_.reset(); }
+
+void PrefillService::StepOnce() {
+  if (!engine_->Idle()) {
+    if (absl::Status status = engine_->Step(); !status.ok()) {
+      ESTUARY_LOG(WARNING) << "prefill step failed (its requests ended): " << status;
+    }
+  }
+  estuary::v1::WorkerLoad load;
+  load.set_running_sequences(engine_->running() + engine_->waiting());
+  absl::MutexLock lock(&load_mu_);
+  load_ = load;
+}
+
+std::shared_ptr<PrefillService::Pending> PrefillService::Find(const std::string& request_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = pending_.find(request_id);
+  return it == pending_.end() ? nullptr : it->second;
+}
+
+void PrefillService::OnLayerReady(const LayerReady& event) {
+  std::shared_ptr<Pending> pending = Find(event.request_id);
+  if (pending == nullptr) return;
+  {
+    absl::MutexLock lock(&pending->mu);
+    if (!pending->push_error.ok()) return;  // this request is failing already
+  }
+  const absl::Status pushed =
+      pending->pusher->PushLayer(event.rank, event.layer, event.first_pos, event.end_pos,
+                                 event.pages, event.first_page);
+  absl::MutexLock lock(&pending->mu);
+  if (!pushed.ok() && pending->push_error.ok()) pending->push_error = pushed;
+  pending->last_layer = absl::Now();
+}
+
+void PrefillService::OnDone(PrefillDone& done) {
+  std::shared_ptr<Pending> pending = Find(done.request_id);
+  if (pending == nullptr) return;  // the caller gave up: the pages go back when we return
+  absl::MutexLock lock(&pending->mu);
+  pending->done.emplace(std::move(done));
+}
+
+grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
+                                     const estuary::v1::PrefillRequest* request,
+                                     estuary::v1::PrefillResponse* response) {
+  const absl::Time start = absl::Now();
+  const estuary::v1::WorkerRequest& in = request->request();
+  const absl::Time deadline = std::min(rpc::DeadlineFromUnixMs(in.deadline_unix_ms()),
+                                       start + options_.request_timeout);
+  auto pending = std::make_shared<Pending>();
+  absl::StatusOr<std::unique_ptr<kvtransfer::KvPusher>> pusher = kvtransfer::KvPusher::Create(
+      transport_, endpoints_, engine_->pool(), request->transfer(), fingerprint_,
+      in.prompt_ids_size(), deadline);
+  if (!pusher.ok()) return rpc::ToGrpcStatus(pusher.status());
+  pending->pusher = std::move(*pusher);
+
+  PrefillRequest prefill;
+  prefill.request_id = in.request_id();
+  prefill.prompt_ids.assign(in.prompt_ids().begin(), in.prompt_ids().end());
+  prefill.sampling = rpc::SamplingFromProto(in.sampling());
+  prefill.deadline = deadline;
+  if (in.exit().threshold() != 0.0f) prefill.exit_threshold = in.exit().threshold();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!pending_.try_emplace(prefill.request_id, pending).second) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("request '", prefill.request_id, "' is already live"));
+    }
+  }
+  auto forget = [&] {
+    absl::MutexLock lock(&mu_);
+    pending_.erase(in.request_id());
+  };
+  if (absl::Status submitted = engine_->Submit(std::move(prefill)); !submitted.ok()) {
+    forget();
+    (void)pending->pusher->Abort(submitted);
+    return rpc::ToGrpcStatus(submitted);
+  }
+  loop_->Notify();
+
+  // Wait for the engine's PrefillDone, aborting the prompt if the client goes away.
+  bool aborted = false;
+  absl::ReleasableMutexLock lock(&pending->mu);
+  while (!pending->HasDone()) {
+    pending->mu.AwaitWithTimeout(absl::Condition(pending.get(), &Pending::HasDone), kClientPoll);
+    if (!pending->HasDone() && !aborted && context->IsCancelled()) {
+      aborted = true;
+      engine_->Abort(in.request_id());
+      loop_->Notify();
+    }
+  }
+  PrefillDone& done = *pending->done;
+  absl::Status status = done.status.ok() ? pending->push_error : done.status;
+  const absl::Time computed = std::max(pending->last_layer, start);
+  if (status.ok()) {
+    status = pending->pusher->Complete(done.first_token, done.provenance, done.num_tokens);
+  } else {
+    (void)pending->pusher->Abort(status);
+  }
+  const absl::Time sent = absl::Now();
+  response->set_first_token(done.first_token);
+  response->set_num_tokens(done.num_tokens);
+  response->set_prefill_seconds(absl::ToDoubleSeconds(computed - start));
+  response->set_transfer_seconds(absl::ToDoubleSeconds(sent - computed));
+  for (int layers : done.chunk_backbone_layers) response->add_chunk_backbone_layers(layers);
+  pending->done.reset();  // the pages go back to the pool
+  lock.Release();
+  forget();
+  loop_->Notify();
+  return rpc::ToGrpcStatus(status);
+}
+
+grpc::Status PrefillService::Abort(grpc::ServerContext* context,
+                                   const estuary::v1::WorkerAbortRequest* request,
+                                   estuary::v1::WorkerAbortResponse* response) {
+  response->set_found(engine_->Abort(request->request_id()));
+  loop_->Notify();
+  return grpc::Status::OK;
+}
+
+grpc::Status PrefillService::GetLoad(grpc::ServerContext* context,
+                                     const estuary::v1::GetLoadRequest* request,
+                                     estuary::v1::WorkerLoad* response) {
+  {
+    absl::MutexLock lock(&load_mu_);
+    *response = load_;  // the engine-thread figures of the latest step
+  }
+  const KvPoolStats stats = engine_->pool().Stats();  // thread-safe, current
+  response->set_free_pages(stats.free_pages + stats.cached_pages);
+  response->set_total_pages(stats.num_pages);
+  return grpc::Status::OK;
+}
+
+}  // namespace estuary

@@ -1,0 +1,77 @@
+#pragma once
+// PrefillService: the prefill worker's gRPC service (worker.proto PrefillWorker; design §1 step
+// 3). Owns the prefill engine, its thread (StepLoop) and the endpoints to decode workers. A
+// Prefill call checks the KV format against the descriptor before any work, queues the prompt,
+// pushes every layer of every chunk into the decode worker's reserved pages as the engine
+// announces it (on the rank threads), and when the prompt is done flushes the pushes, sends the
+// completion (first token, provenance) to the decode worker and answers. A failure at any point
+// sends an abort completion instead, so the decode worker frees the reservation at once rather
+// than at lease expiry; a client that cancels the call aborts the prompt the same way.
+//
+// Thread-safety: every RPC may run concurrently on gRPC's threads.
+
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/common/step_loop.h"
+#include "core/model/sharded_model.h"
+#include "estuary/v1/worker.grpc.pb.h"
+#include "kvtransfer/kv_pusher.h"
+#include "kvtransfer/transport.h"
+#include "prefill/prefill_engine.h"
+
+namespace estuary {
+
+struct PrefillServiceOptions {
+  PrefillEngineOptions engine;
+  std::string model_id;  // goes into the KV format fingerprint
+  // Longest a request may take (queue, prefill and push) when its own deadline is later.
+  absl::Duration request_timeout = absl::Minutes(5);
+};
+
+class PrefillService final : public estuary::v1::PrefillWorker::Service {
+ public:
+  // `model` and `transport` must outlive the service.
+  static absl::StatusOr<std::unique_ptr<PrefillService>> Create(
+      ShardedModel& model, kvtransfer::Transport& transport, const PrefillServiceOptions& options);
+  ~PrefillService() override;
+
+  grpc::Status Prefill(grpc::ServerContext* context, const estuary::v1::PrefillRequest* request,
+                       estuary::v1::PrefillResponse* response) override;
+  grpc::Status Abort(grpc::ServerContext* context, const estuary::v1::WorkerAbortRequest* request,
+                     estuary::v1::WorkerAbortResponse* response) override;
+  grpc::Status GetLoad(grpc::ServerContext* context, const estuary::v1::GetLoadRequest* request,
+                       estuary::v1::WorkerLoad* response) override;
+
+  const estuary::v1::KvFormatFingerprint& fingerprint() const { return fingerprint_; }
+  PrefillEngine& engine() { return *engine_; }
+
+ private:
+  struct Pending;  // one Prefill call in flight
+
+  PrefillService(kvtransfer::Transport& transport, const PrefillServiceOptions& options,
+                 estuary::v1::KvFormatFingerprint fingerprint);
+  void OnLayerReady(const LayerReady& event);
+  void OnDone(PrefillDone& done);
+  std::shared_ptr<Pending> Find(const std::string& request_id);
+  void StepOnce();
+
+  kvtransfer::Transport& transport_;
+  const PrefillServiceOptions options_;
+  const estuary::v1::KvFormatFingerprint fingerprint_;
+  kvtransfer::EndpointCache endpoints_;
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
+
+  std::unique_ptr<PrefillEngine> engine_;
+  absl::Mutex load_mu_;
+  estuary::v1::WorkerLoad load_ ABSL_GUARDED_BY(load_mu_);
+  std::unique_ptr<StepLoop> loop_;  // destroyed first: no step runs while the rest goes
+};
+
+}  // namespace estuary

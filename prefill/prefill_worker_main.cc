@@ -1,0 +1,50 @@
+// estuary-prefill: the prefill worker process (design §1). Flags are parsed into options and
+// validated before anything loads; then the model is loaded onto its TP ranks and the
+// PrefillWorker service served until SIGINT / SIGTERM, pushing KV over UCX.
+//
+//   estuary-prefill --model PATH [--port P] [--tensor-parallel-size N]
+//                   [--max-num-batched-tokens T] [--ucx-tls tcp] [--ready-file F]
+
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "cli/flag_spelling.h"
+#include "core/common/status_macros.h"
+#include "prefill/prefill_service.h"
+#include "rpc/worker_flags.h"
+
+namespace estuary {
+namespace {
+
+absl::Status Run() {
+  rpc::WorkerProcessOptions process = rpc::WorkerProcessOptionsFromFlags();
+  ESTUARY_RETURN_IF_ERROR(rpc::ValidateWorkerProcessOptions(process));
+  PrefillServiceOptions options;
+  options.model_id = process.model_id;
+  options.engine.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  options.engine.block_size = absl::GetFlag(FLAGS_block_size);
+  options.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  options.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> model, rpc::LoadShardedModel(process));
+  ESTUARY_RETURN_IF_ERROR(options.engine.Validate(model->config()));
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::Transport> transport,
+                           rpc::CreateTransport(process));
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<PrefillService> service,
+                           PrefillService::Create(*model, *transport, options));
+  return rpc::ServeUntilSignal(process, "prefill", {service.get()});
+}
+
+}  // namespace
+}  // namespace estuary
+
+int main(int argc, char** argv) {
+  estuary::rpc::BlockTerminationSignals();
+  estuary::cli::ParseFlags(argc, argv);
+  const absl::Status status = estuary::Run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "estuary-prefill: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,40 @@
+#include "rpc/grpc_server.h"
+
+#include <signal.h>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace estuary::rpc {
+
+absl::StatusOr<RunningServer> StartGrpcServer(const std::string& host, int port,
+                                              const std::vector<grpc::Service*>& services) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  RunningServer running;
+  builder.AddListeningPort(absl::StrCat(host, ":", port), grpc::InsecureServerCredentials(),
+                           &running.port);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  running.server = builder.BuildAndStart();
+  if (running.server == nullptr || running.port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port));
+  }
+  running.address = absl::StrCat(host, ":", running.port);
+  return running;
+}
+
+void WaitForTerminationSignal() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  // Blocked in this thread (BlockTerminationSignals did it for the whole process when called
+  // first), then taken synchronously.
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  int received = 0;
+  sigwait(&signals, &received);
+}
+
+}  // namespace estuary::rpc

@@ -1,0 +1,29 @@
+#pragma once
+// StartGrpcServer: one gRPC server with the standard services every Estuary process exposes
+// (grpc.health.v1 health checking and server reflection), listening on host:port (port 0 picks
+// a free one). The caller owns the returned server and the services it registered, which must
+// outlive it.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+
+namespace estuary::rpc {
+
+struct RunningServer {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;          // the bound port
+  std::string address;   // host:port as clients should dial it
+};
+
+// UNAVAILABLE when the port cannot be bound.
+absl::StatusOr<RunningServer> StartGrpcServer(const std::string& host, int port,
+                                              const std::vector<grpc::Service*>& services);
+
+// Blocks until SIGINT or SIGTERM arrives (installs handlers for both; call once per process).
+void WaitForTerminationSignal();
+
+}  // namespace estuary::rpc

@@ -1,0 +1,22 @@
+#include "rpc/status_convert.h"
+
+#include <string>
+
+namespace estuary::rpc {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  return StatusFromCode(status.error_code(), status.error_message());
+}
+
+absl::Status StatusFromCode(int code, const std::string& message) {
+  if (code == 0) return absl::OkStatus();
+  if (code < 0 || code > 16) code = static_cast<int>(absl::StatusCode::kUnknown);
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+}  // namespace estuary::rpc

@@ -1,0 +1,36 @@
+#include "rpc/worker_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, model, "", "model folder (llama2.c or Hugging Face)");
+ABSL_FLAG(std::string, model_id, "",
+          "name in the KV format fingerprint; default: the model folder's name");
+ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
+ABSL_FLAG(int, port, 0, "gRPC port; 0 = any free port (see --ready-file)");
+ABSL_FLAG(int, tensor_parallel_size, 1, "tensor-parallel ranks (threads; cores shared among them)");
+ABSL_FLAG(std::string, ucx_tls, "", "UCX transports for KV transfer (e.g. tcp or sm,tcp); "
+                                    "empty = UCX's default");
+ABSL_FLAG(std::string, ready_file, "", "written with host:port once the worker serves");
+ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{256} << 20, "KV pool bytes over all TP ranks");
+ABSL_FLAG(int, block_size, 16, "token slots per KV page (prefill and decode must agree)");
+ABSL_FLAG(int, max_num_seqs, 64, "sequences admitted at once");
+ABSL_FLAG(int, max_num_batched_tokens, 512, "prompt tokens per forward step");
+
+namespace estuary::rpc {
+
+WorkerProcessOptions WorkerProcessOptionsFromFlags() {
+  WorkerProcessOptions options;
+  options.model = absl::GetFlag(FLAGS_model);
+  options.model_id = absl::GetFlag(FLAGS_model_id);
+  if (options.model_id.empty()) options.model_id = DefaultModelId(options.model);
+  options.host = absl::GetFlag(FLAGS_host);
+  options.port = absl::GetFlag(FLAGS_port);
+  options.tp_size = absl::GetFlag(FLAGS_tensor_parallel_size);
+  options.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  options.ready_file = absl::GetFlag(FLAGS_ready_file);
+  return options;
+}
+
+}  // namespace estuary::rpc

@@ -1,0 +1,24 @@
+#pragma once
+// The flags every worker binary takes (--model, --port, --tensor-parallel-size, ...), defined
+// once here and read into WorkerProcessOptions.
+
+#include "absl/flags/declare.h"
+#include "rpc/worker_process.h"
+
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, model_id);
+ABSL_DECLARE_FLAG(std::string, host);
+ABSL_DECLARE_FLAG(int, port);
+ABSL_DECLARE_FLAG(int, tensor_parallel_size);
+ABSL_DECLARE_FLAG(std::string, ucx_tls);
+ABSL_DECLARE_FLAG(std::string, ready_file);
+ABSL_DECLARE_FLAG(int64_t, kv_cache_bytes);
+ABSL_DECLARE_FLAG(int, block_size);
+ABSL_DECLARE_FLAG(int, max_num_seqs);
+ABSL_DECLARE_FLAG(int, max_num_batched_tokens);
+
+namespace estuary::rpc {
+
+WorkerProcessOptions WorkerProcessOptionsFromFlags();
+
+}  // namespace estuary::rpc

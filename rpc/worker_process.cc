@@ -1,0 +1,85 @@
+#include "rpc/worker_process.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/logging.h"
+#include "core/common/status_macros.h"
+#include "core/model/model_loader.h"
+#include "kvtransfer/ucx_transport.h"
+#include "rpc/grpc_server.h"
+
+namespace estuary::rpc {
+
+absl::Status ValidateWorkerProcessOptions(const WorkerProcessOptions& options) {
+  if (options.model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--port = ", options.port, " outside [0, 65535]"));
+  }
+  if (options.tp_size < 1 || options.tp_size > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tensor-parallel-size = ", options.tp_size, " outside [1, 64]"));
+  }
+  return absl::OkStatus();
+}
+
+std::string DefaultModelId(const std::string& model_path) {
+  std::filesystem::path path(model_path);
+  while (!path.empty() && path.filename().empty()) path = path.parent_path();
+  return path.filename().string();
+}
+
+void BlockTerminationSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(
+    const WorkerProcessOptions& options) {
+  ESTUARY_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(options.model));
+  ShardedModelOptions sharding;
+  sharding.tp_size = options.tp_size;
+  return ShardedModel::Create(std::move(loaded.model), sharding);
+}
+
+absl::StatusOr<std::unique_ptr<kvtransfer::Transport>> CreateTransport(
+    const WorkerProcessOptions& options) {
+  kvtransfer::UcxTransportOptions ucx;
+  ucx.tls = options.ucx_tls;
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::UcxTransport> transport,
+                           kvtransfer::UcxTransport::Create(ucx));
+  return std::unique_ptr<kvtransfer::Transport>(std::move(transport));
+}
+
+absl::Status ServeUntilSignal(const WorkerProcessOptions& options, const std::string& role,
+                              const std::vector<grpc::Service*>& services) {
+  ESTUARY_ASSIGN_OR_RETURN(RunningServer running,
+                           StartGrpcServer(options.host, options.port, services));
+  if (!options.ready_file.empty()) {
+    // Written under a temporary name and renamed, so a reader never sees half a line.
+    const std::string temporary = options.ready_file + ".tmp";
+    {
+      std::ofstream out(temporary);
+      out << running.address << "\n";
+      if (!out) return absl::InternalError(absl::StrCat("cannot write ", temporary));
+    }
+    std::error_code error;
+    std::filesystem::rename(temporary, options.ready_file, error);
+    if (error) return absl::InternalError(absl::StrCat("cannot write ", options.ready_file));
+  }
+  ESTUARY_LOG(INFO) << role << " worker serving on " << running.address;
+  WaitForTerminationSignal();
+  ESTUARY_LOG(INFO) << role << " worker shutting down";
+  running.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return absl::OkStatus();
+}
+
+}  // namespace estuary::rpc

@@ -1,0 +1,46 @@
+#pragma once
+// ChildProcess: a long-running program started by a test (a worker, a router), with its output
+// going to a log file. The destructor kills it (SIGKILL) and reaps it, so a failing test leaves
+// nothing behind. Not thread-safe.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace estuary::testing {
+
+class ChildProcess {
+ public:
+  // Starts argv[0] with `argv`; stdout and stderr go to `log_path`.
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(const std::vector<std::string>& argv,
+                                                             const std::string& log_path);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Sends `signal`.
+  void Signal(int signal);
+  // Waits for the exit; the exit code, or -signal when killed. DEADLINE_EXCEEDED at `timeout`.
+  absl::StatusOr<int> Wait(absl::Duration timeout);
+  // The log so far.
+  std::string Log() const;
+
+ private:
+  ChildProcess(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}
+  pid_t pid_;
+  bool reaped_ = false;
+  std::string log_path_;
+};
+
+// Waits until `path` exists and holds a full line; returns that line. DEADLINE_EXCEEDED at
+// `timeout`, or earlier if `child` exits first (FAILED_PRECONDITION with its log).
+absl::StatusOr<std::string> WaitForReadyFile(const std::string& path, ChildProcess& child,
+                                             absl::Duration timeout);
+
+}  // namespace estuary::testing
