@@ -4,19 +4,26 @@
 //   estuary generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
 //                    [--top-k K] [--min-p M] [--repetition-penalty R] [--seed S]
 //                    [--dtype f32|bf16] [--tensor-parallel-size N] [--river] [--json]
+//   estuary up       [--model PATH] [--port P] [--prefill N] [--decode M] [--tp-prefill P]
+//                    [--tp-decode D] [--policy least_loaded] [--local-prefill-max-tokens T]
+//   estuary client   --server HOST:PORT --prompt TEXT [--max-tokens N] [--stream] [--json]
 //   estuary convert  --from PATH --to DIR [--dtype f32|bf16]
 //   estuary synth    --preset tiny|llama-3.2-1b|llama-3.1-8b --out DIR [--seed S]
 //   estuary eval-exit --model PATH --taus LIST --prompts FILE --max-tokens N [--json]
 //   estuary bench-decode --model PATH --batch LIST [--exit-after K] [--json]
+//   estuary bench-prefill --model PATH [--tp-sizes 1,2] [--prompt-tokens N]
+//                         [--max-num-batched-tokens C] [--json]
+//   estuary bench-kv [--tls tcp,sm] [--quick] [--perftest=false] [--json]
 // River flags (eval-exit, bench-decode): --river-group-size, --river-refine, --exit-rule,
 // --min-backbone-layers, --max-backbone-layers, --resident-backbone-layers.
 
-#include <cstdio>
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
+#include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -26,7 +33,12 @@
 #include "cli/default_model.h"
 #include "cli/exit_commands.h"
 #include "cli/flag_spelling.h"
+#include "cli/client_command.h"
 #include "cli/generate_command.h"
+#include "cli/up_command.h"
+#include "rpc/worker_process.h"
+#include "kvtransfer/bench_kv.h"
+#include "prefill/bench_prefill.h"
 #include "core/common/status_macros.h"
 #include "core/loader/hf_writer.h"
 
@@ -59,6 +71,34 @@ ABSL_FLAG(int, steps, 8, "bench-decode: timed decode steps per mode and batch");
 ABSL_FLAG(bool, river, false, "generate: decode through the paged engine with the exit river");
 ABSL_FLAG(int, tensor_parallel_size, 1,
           "generate: tensor-parallel ranks (threads of this process, cores shared among them)");
+ABSL_FLAG(std::vector<std::string>, tp_sizes, std::vector<std::string>({"1", "2"}),
+          "bench-prefill: comma-separated tensor-parallel sizes");
+ABSL_FLAG(int, prompt_tokens, 2048, "bench-prefill: random prompt length");
+ABSL_FLAG(int, max_num_batched_tokens, 512, "bench-prefill: prefill chunk (tokens per step)");
+ABSL_FLAG(int, iterations, 1, "bench-prefill: timed prefills per TP size");
+ABSL_FLAG(bool, skip_matmul, false, "bench-prefill: skip the GEMM comparison");
+ABSL_FLAG(std::vector<std::string>, tls, std::vector<std::string>({"tcp", "sm"}),
+          "bench-kv: transports to measure (tcp, sm)");
+ABSL_FLAG(bool, quick, false, "bench-kv: fewer bytes and requests per row");
+ABSL_FLAG(int, port, 50051, "up: the router's port (0: any free port)");
+ABSL_FLAG(int, prefill, 1, "up: prefill workers");
+ABSL_FLAG(int, decode, 1, "up: decode workers");
+ABSL_FLAG(int, tp_prefill, 1, "up: tensor-parallel size of each prefill worker");
+ABSL_FLAG(int, tp_decode, 1, "up: tensor-parallel size of each decode worker");
+ABSL_FLAG(std::string, ucx_tls, "tcp", "up: UCX transports of the KV push (tcp, sm,tcp, ...)");
+ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{256} << 20, "up: KV pool bytes per worker");
+ABSL_FLAG(std::string, policy, "least_loaded",
+          "up: placement policy (round_robin, least_loaded, prefix_aware)");
+ABSL_FLAG(int, local_prefill_max_tokens, 0,
+          "up: prompts up to this many tokens prefill on the decode worker (0: none)");
+ABSL_FLAG(std::string, ready_file, "", "up: written with the router's host:port once ready");
+ABSL_FLAG(std::string, log_dir, "", "up: folder for the processes' logs (default: a temp folder)");
+ABSL_FLAG(std::string, server, "", "client: the router's host:port");
+ABSL_FLAG(bool, stream, true, "client: print the text as it arrives");
+ABSL_FLAG(bool, perftest, true, "bench-kv: run ucx_perftest next to each row");
+ABSL_FLAG(bool, transport_memory, true,
+          "bench-kv: the receiver's pool in UCX-allocated (shareable) memory, as decode workers "
+          "allocate it");
 ABSL_FLAG(int, river_group_size, 64, "int4 group size of the exit river");
 ABSL_FLAG(bool, river_refine, true, "refine the river's int4 scale and zero point (HQQ-style)");
 ABSL_FLAG(std::string, exit_rule, "batch_min", "batch_min (the paper's) or split");
@@ -75,10 +115,14 @@ constexpr char kUsage[] =
     "estuary <command> [flags]\n"
     "commands:\n"
     "  generate  run one prompt on a model and print the completion\n"
+    "  up        start a local cluster (router, prefill and decode workers) on loopback\n"
+    "  client    send one prompt to a router and print the streamed answer\n"
     "  convert   write a Hugging Face folder from a llama2.c model\n"
     "  synth     write a random-weight model with real shapes\n"
     "  eval-exit      fidelity and cost of the exit river at several thresholds\n"
     "  bench-decode   decode tokens/s: full depth, river, full int4\n"
+    "  bench-prefill  prefill tokens/s at several TP sizes; batch-invariant GEMM vs OpenBLAS\n"
+    "  bench-kv       KV push GB/s and latency over UCX next to ucx_perftest\n"
     "Run `estuary <command> --help` for the flags.";
 
 absl::StatusOr<std::optional<DType>> DTypeFlag() {
@@ -148,6 +192,61 @@ absl::Status BenchDecode() {
   return RunBenchDecodeCommand(options);
 }
 
+absl::Status BenchPrefill() {
+  BenchPrefillOptions options;
+  options.model_path = absl::GetFlag(FLAGS_model);
+  if (options.model_path.empty()) {
+    return absl::InvalidArgumentError(
+        "bench-prefill needs --model (e.g. a folder from `estuary synth --preset llama-3.2-1b`)");
+  }
+  options.dtype = absl::GetFlag(FLAGS_dtype);
+  ESTUARY_ASSIGN_OR_RETURN(options.tp_sizes,
+                           ParseList<int>("tp_sizes", absl::GetFlag(FLAGS_tp_sizes)));
+  options.prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
+  options.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.prefill_iterations = absl::GetFlag(FLAGS_iterations);
+  options.skip_matmul = absl::GetFlag(FLAGS_skip_matmul);
+  options.json = absl::GetFlag(FLAGS_json);
+  return RunBenchPrefill(options);
+}
+
+absl::Status BenchKv() {
+  kvtransfer::BenchKvOptions options;
+  const std::vector<std::string> tls = absl::GetFlag(FLAGS_tls);
+  std::erase_if(options.transports, [&](const kvtransfer::BenchKvTransport& t) {
+    return std::find(tls.begin(), tls.end(), t.name) == tls.end();
+  });
+  if (options.transports.empty()) return absl::InvalidArgumentError("--tls: use tcp and/or sm");
+  if (absl::GetFlag(FLAGS_quick)) {
+    options.bandwidth_bytes = 64 << 20;
+    options.bandwidth_bytes_tcp = 16 << 20;
+    options.requests = 10;
+  }
+  options.run_perftest = absl::GetFlag(FLAGS_perftest);
+  options.receiver_transport_memory = absl::GetFlag(FLAGS_transport_memory);
+  options.json = absl::GetFlag(FLAGS_json);
+  return kvtransfer::RunBenchKv(options, std::cout);
+}
+
+absl::Status Up() {
+  UpOptions options;
+  ESTUARY_ASSIGN_OR_RETURN(options.model, ResolveModelPath(absl::GetFlag(FLAGS_model)));
+  options.port = absl::GetFlag(FLAGS_port);
+  options.prefill = absl::GetFlag(FLAGS_prefill);
+  options.decode = absl::GetFlag(FLAGS_decode);
+  options.tp_prefill = absl::GetFlag(FLAGS_tp_prefill);
+  options.tp_decode = absl::GetFlag(FLAGS_tp_decode);
+  options.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  options.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  options.policy = absl::GetFlag(FLAGS_policy);
+  options.local_prefill_max_tokens = absl::GetFlag(FLAGS_local_prefill_max_tokens);
+  options.river = absl::GetFlag(FLAGS_river);
+  options.ready_file = absl::GetFlag(FLAGS_ready_file);
+  options.log_dir = absl::GetFlag(FLAGS_log_dir);
+  return RunUp(options);
+}
+
 absl::StatusOr<std::vector<int32_t>> ParseIds(const std::vector<std::string>& items) {
   std::vector<int32_t> ids;
   for (const std::string& item : items) {
@@ -162,20 +261,24 @@ absl::StatusOr<std::vector<int32_t>> ParseIds(const std::vector<std::string>& it
   return ids;
 }
 
+absl::StatusOr<SamplingParams> SamplingFlags() {
+  SamplingParams sampling;
+  sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  sampling.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
+  sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  sampling.min_p = static_cast<float>(absl::GetFlag(FLAGS_min_p));
+  sampling.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
+  sampling.seed = absl::GetFlag(FLAGS_seed);
+  ESTUARY_ASSIGN_OR_RETURN(sampling.stop_token_ids, ParseIds(absl::GetFlag(FLAGS_stop_token_ids)));
+  return sampling;
+}
+
 absl::Status Generate() {
   GenerateOptions options;
   ESTUARY_ASSIGN_OR_RETURN(options.model, ResolveModelPath(absl::GetFlag(FLAGS_model)));
   options.prompt = absl::GetFlag(FLAGS_prompt);
   options.max_tokens = absl::GetFlag(FLAGS_max_tokens);
-  options.sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
-  options.sampling.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
-  options.sampling.top_k = absl::GetFlag(FLAGS_top_k);
-  options.sampling.min_p = static_cast<float>(absl::GetFlag(FLAGS_min_p));
-  options.sampling.repetition_penalty =
-      static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
-  options.sampling.seed = absl::GetFlag(FLAGS_seed);
-  ESTUARY_ASSIGN_OR_RETURN(options.sampling.stop_token_ids,
-                           ParseIds(absl::GetFlag(FLAGS_stop_token_ids)));
+  ESTUARY_ASSIGN_OR_RETURN(options.sampling, SamplingFlags());
   ESTUARY_ASSIGN_OR_RETURN(options.dtype, DTypeFlag());
   options.json = absl::GetFlag(FLAGS_json);
   options.threads = absl::GetFlag(FLAGS_threads);
@@ -183,6 +286,18 @@ absl::Status Generate() {
   options.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
   ESTUARY_ASSIGN_OR_RETURN(options.river_options, RiverFlags());
   return RunGenerate(options);
+}
+
+absl::Status Client() {
+  ClientOptions options;
+  options.server = absl::GetFlag(FLAGS_server);
+  options.prompt = absl::GetFlag(FLAGS_prompt);
+  options.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  ESTUARY_ASSIGN_OR_RETURN(options.sampling, SamplingFlags());
+  ESTUARY_RETURN_IF_ERROR(options.sampling.Validate());
+  options.stream = absl::GetFlag(FLAGS_stream);
+  options.json = absl::GetFlag(FLAGS_json);
+  return RunClient(options);
 }
 
 absl::Status Convert() {
@@ -212,6 +327,8 @@ int Main(int argc, char** argv) {
     return argc < 2 ? 2 : (std::strcmp(argv[1], "--help") == 0 ? 0 : 2);
   }
   const std::string command = argv[1];
+  // `up` takes SIGINT / SIGTERM synchronously; they must be blocked before any thread starts.
+  if (command == "up") rpc::BlockTerminationSignals();
   // The subcommand takes argv[0]'s place so that absl parses only its flags.
   ParseFlags(argc - 1, argv + 1);
   absl::Status status;
@@ -221,6 +338,14 @@ int Main(int argc, char** argv) {
     status = Convert();
   } else if (command == "synth") {
     status = Synth();
+  } else if (command == "up") {
+    status = Up();
+  } else if (command == "client") {
+    status = Client();
+  } else if (command == "bench-prefill") {
+    status = BenchPrefill();
+  } else if (command == "bench-kv") {
+    status = BenchKv();
   } else if (command == "eval-exit") {
     status = EvalExit();
   } else if (command == "bench-decode") {

@@ -17,7 +17,7 @@
 #include "estuary/v1/worker.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "tests/testing/child_process.h"
+#include "core/common/child_process.h"
 #include "tests/testing/golden_cases.h"
 #include "tests/testing/subprocess.h"
 
@@ -26,7 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::estuary::testing::BinaryPath;
-using ::estuary::testing::ChildProcess;
 using ::estuary::testing::GoldenCase;
 
 // A worker process and a stub to it.
@@ -54,7 +53,7 @@ Worker<Service> StartWorker(const std::string& binary, const std::string& name,
   EXPECT_TRUE(process.ok()) << process.status();
   if (!process.ok()) return worker;
   worker.process = std::move(*process);
-  auto address = ::estuary::testing::WaitForReadyFile(ready, *worker.process, absl::Seconds(60));
+  auto address = WaitForReadyFile(ready, *worker.process, absl::Seconds(60));
   EXPECT_TRUE(address.ok()) << address.status();
   if (!address.ok()) return worker;
   worker.address = *address;

@@ -1,7 +1,7 @@
 #pragma once
-// ChildProcess: a long-running program started by a test (a worker, a router), with its output
-// going to a log file. The destructor kills it (SIGKILL) and reaps it, so a failing test leaves
-// nothing behind. Not thread-safe.
+// ChildProcess: a long-running program started by another (a worker started by `estuary up` or
+// by a test), with its output going to a log file. The destructor kills it (SIGKILL) and reaps
+// it, so nothing is left behind when the parent fails. Not thread-safe.
 
 #include <sys/types.h>
 
@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace estuary::testing {
+namespace estuary {
 
 class ChildProcess {
  public:
@@ -24,7 +24,7 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   pid_t pid() const { return pid_; }
-  // Sends `signal`.
+  // Sends `signal` (nothing once reaped).
   void Signal(int signal);
   // Waits for the exit; the exit code, or -signal when killed. DEADLINE_EXCEEDED at `timeout`.
   absl::StatusOr<int> Wait(absl::Duration timeout);
@@ -35,6 +35,7 @@ class ChildProcess {
   ChildProcess(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}
   pid_t pid_;
   bool reaped_ = false;
+  int exit_code_ = 0;
   std::string log_path_;
 };
 
@@ -43,4 +44,4 @@ class ChildProcess {
 absl::StatusOr<std::string> WaitForReadyFile(const std::string& path, ChildProcess& child,
                                              absl::Duration timeout);
 
-}  // namespace estuary::testing
+}  // namespace estuary

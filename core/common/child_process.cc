@@ -1,4 +1,4 @@
-#include "tests/testing/child_process.h"
+#include "core/common/child_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
-namespace estuary::testing {
+namespace estuary {
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
     const std::vector<std::string>& argv, const std::string& log_path) {
@@ -54,11 +54,13 @@ void ChildProcess::Signal(int signal) {
 absl::StatusOr<int> ChildProcess::Wait(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
+    if (reaped_) return exit_code_;
     int status = 0;
     const pid_t done = ::waitpid(pid_, &status, WNOHANG);
     if (done == pid_) {
       reaped_ = true;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      return exit_code_;
     }
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat("process ", pid_, " still running"));
@@ -90,4 +92,4 @@ absl::StatusOr<std::string> WaitForReadyFile(const std::string& path, ChildProce
   return absl::DeadlineExceededError(absl::StrCat("no ready file ", path, ":\n", child.Log()));
 }
 
-}  // namespace estuary::testing
+}  // namespace estuary

@@ -1,0 +1,190 @@
+#include "cli/up_command.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/common/child_process.h"
+#include "core/common/logging.h"
+#include "core/common/status_macros.h"
+#include "estuary/v1/inference.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "rpc/grpc_server.h"
+
+namespace estuary::cli {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr absl::Duration kStartTimeout = absl::Seconds(120);
+
+// A binary built beside this one: the same folder, or ../<folder>/ in a build tree.
+absl::StatusOr<std::string> FindSibling(const std::string& name, const std::string& folder) {
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  if (error) return absl::InternalError("cannot find this executable's path");
+  for (const fs::path& candidate :
+       {self.parent_path() / name, self.parent_path().parent_path() / folder / name}) {
+    if (fs::exists(candidate)) return candidate.string();
+  }
+  return absl::NotFoundError(absl::StrCat(name, " not found beside ", self.string(),
+                                          " (build it: cmake --build build --target ", name, ")"));
+}
+
+struct Member {
+  std::string name;
+  std::unique_ptr<ChildProcess> process;
+  std::string address;
+};
+
+absl::StatusOr<Member> Launch(const std::string& name, const std::string& binary,
+                              std::vector<std::string> flags, const fs::path& log_dir) {
+  const std::string ready = (log_dir / (name + ".ready")).string();
+  std::vector<std::string> argv = {binary, "--ready-file", ready};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  Member member{name, nullptr, ""};
+  ESTUARY_ASSIGN_OR_RETURN(member.process,
+                           ChildProcess::Start(argv, (log_dir / (name + ".log")).string()));
+  ESTUARY_ASSIGN_OR_RETURN(member.address,
+                           WaitForReadyFile(ready, *member.process, kStartTimeout));
+  return member;
+}
+
+// Waits until the router reports at least one prefill and one decode TP size (its registry has
+// both roles).
+absl::Status WaitForRegistrations(const std::string& router, absl::Duration timeout) {
+  auto stub = estuary::v1::Inference::NewStub(
+      grpc::CreateChannel(router, grpc::InsecureChannelCredentials()));
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    estuary::v1::ModelInfo info;
+    if (stub->GetModelInfo(&context, {}, &info).ok() && info.prefill_tp_size() > 0 &&
+        info.decode_tp_size() > 0) {
+      return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::DeadlineExceededError("the workers did not register with the router in time");
+}
+
+void StopAll(std::vector<Member>& members) {
+  for (Member& m : members) m.process->Signal(SIGTERM);
+  for (Member& m : members) {
+    if (!m.process->Wait(absl::Seconds(5)).ok()) {
+      ESTUARY_LOG(WARNING) << m.name << " did not stop in 5 s; killing it";
+      m.process->Signal(SIGKILL);
+      (void)m.process->Wait(absl::Seconds(5));
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status ValidateUpOptions(const UpOptions& options) {
+  if (options.model.empty()) return absl::InvalidArgumentError("up needs a model");
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--port = ", options.port, " outside [0, 65535]"));
+  }
+  if (options.prefill < 0 || options.prefill > 16 || options.decode < 1 || options.decode > 16) {
+    return absl::InvalidArgumentError("--prefill must be in [0, 16] and --decode in [1, 16]");
+  }
+  if (options.tp_prefill < 1 || options.tp_prefill > 64 || options.tp_decode < 1 ||
+      options.tp_decode > 64) {
+    return absl::InvalidArgumentError("--tp-prefill and --tp-decode must be in [1, 64]");
+  }
+  if (options.kv_cache_bytes <= 0) return absl::InvalidArgumentError("--kv-cache-bytes must be > 0");
+  return absl::OkStatus();
+}
+
+absl::Status RunUp(const UpOptions& options) {
+  ESTUARY_RETURN_IF_ERROR(ValidateUpOptions(options));
+  ESTUARY_ASSIGN_OR_RETURN(const std::string router_binary, FindSibling("estuary-router", "router"));
+  ESTUARY_ASSIGN_OR_RETURN(const std::string prefill_binary,
+                           FindSibling("estuary-prefill", "prefill"));
+  ESTUARY_ASSIGN_OR_RETURN(const std::string decode_binary, FindSibling("estuary-decode", "decode"));
+  const fs::path log_dir = options.log_dir.empty()
+                               ? fs::temp_directory_path() / absl::StrCat("estuary-up-", ::getpid())
+                               : fs::path(options.log_dir);
+  std::error_code error;
+  fs::create_directories(log_dir, error);
+  if (error) return absl::InternalError(absl::StrCat("cannot create ", log_dir.string()));
+
+  std::vector<Member> members;
+  auto fail = [&](const absl::Status& status) {
+    StopAll(members);
+    return absl::Status(status.code(), absl::StrCat(status.message(), " (logs in ",
+                                                    log_dir.string(), ")"));
+  };
+  absl::StatusOr<Member> router = Launch(
+      "router", router_binary,
+      {"--model", options.model, "--host", options.host, "--port", std::to_string(options.port),
+       "--policy", options.policy, "--local-prefill-max-tokens",
+       std::to_string(options.local_prefill_max_tokens)},
+      log_dir);
+  if (!router.ok()) return fail(router.status());
+  const std::string router_address = router->address;
+  members.push_back(std::move(*router));
+  const std::vector<std::string> common = {
+      "--model", options.model, "--host", options.host, "--router", router_address,
+      "--ucx-tls", options.ucx_tls, "--kv-cache-bytes", std::to_string(options.kv_cache_bytes)};
+  for (int i = 0; i < options.decode + options.prefill; ++i) {
+    const bool decode = i < options.decode;
+    std::vector<std::string> flags = common;
+    flags.insert(flags.end(), {"--tensor-parallel-size",
+                               std::to_string(decode ? options.tp_decode : options.tp_prefill)});
+    if (decode && options.river) flags.push_back("--river");
+    absl::StatusOr<Member> member =
+        Launch(absl::StrCat(decode ? "decode" : "prefill", decode ? i : i - options.decode),
+               decode ? decode_binary : prefill_binary, flags, log_dir);
+    if (!member.ok()) return fail(member.status());
+    members.push_back(std::move(*member));
+  }
+  if (absl::Status registered = WaitForRegistrations(router_address, kStartTimeout);
+      !registered.ok()) {
+    return fail(registered);
+  }
+  if (!options.ready_file.empty()) {
+    std::ofstream(options.ready_file + ".tmp") << router_address << "\n";
+    fs::rename(options.ready_file + ".tmp", options.ready_file, error);
+  }
+  std::printf("estuary up: router on %s (%d prefill x TP %d, %d decode x TP %d); logs in %s\n",
+              router_address.c_str(), options.prefill, options.tp_prefill, options.decode,
+              options.tp_decode, log_dir.string().c_str());
+  std::fflush(stdout);
+
+  // Until a signal, or until a member dies (then the cluster is not what was asked for).
+  std::atomic<bool> member_died{false};
+  std::thread watcher([&] {
+    while (!member_died.load()) {
+      for (Member& m : members) {
+        if (m.process->Wait(absl::ZeroDuration()).ok()) {  // exited (and reaped)
+          ESTUARY_LOG(ERROR) << m.name << " exited:\n" << m.process->Log();
+          member_died = true;
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+      if (member_died.load()) ::kill(::getpid(), SIGTERM);
+    }
+  });
+  rpc::WaitForTerminationSignal();
+  const bool died = member_died.exchange(true);
+  watcher.join();
+  std::printf("estuary up: stopping\n");
+  std::fflush(stdout);
+  StopAll(members);
+  if (died) return absl::UnavailableError(absl::StrCat("a process of the cluster died (logs in ",
+                                                       log_dir.string(), ")"));
+  return absl::OkStatus();
+}
+
+}  // namespace estuary::cli

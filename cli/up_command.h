@@ -1,0 +1,35 @@
+#pragma once
+// `estuary up`: a whole cluster on loopback (design §1): one router, N prefill workers and M
+// decode workers, each its own process started from the binaries built beside `estuary`. Waits
+// until every process is ready and the router has them registered, prints the router's
+// address, and on SIGINT / SIGTERM stops them all (SIGTERM, then SIGKILL after 5 s).
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace estuary::cli {
+
+struct UpOptions {
+  std::string model;              // resolved model folder
+  std::string host = "127.0.0.1";
+  int port = 50051;               // the router's; 0: any free port
+  int prefill = 1;                // prefill workers
+  int decode = 1;                 // decode workers
+  int tp_prefill = 1;
+  int tp_decode = 1;
+  std::string ucx_tls = "tcp";    // UCX transports of the KV push
+  int64_t kv_cache_bytes = int64_t{256} << 20;  // per worker
+  std::string policy = "least_loaded";
+  int local_prefill_max_tokens = 0;  // 0: every prompt disaggregated
+  bool river = false;             // decode workers run the exit river
+  std::string ready_file;         // written with the router's host:port once all is ready
+  std::string log_dir;            // default: a fresh folder under the temp dir
+};
+
+absl::Status ValidateUpOptions(const UpOptions& options);
+// Runs until a termination signal (the caller must have blocked SIGINT and SIGTERM first, see
+// rpc::BlockTerminationSignals) or until a process of the cluster dies.
+absl::Status RunUp(const UpOptions& options);
+
+}  // namespace estuary::cli

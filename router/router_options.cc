@@ -1,0 +1,37 @@
+#include "router/router_options.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace estuary::router {
+
+absl::Status ValidateRouterOptions(const RouterOptions& options) {
+  if (options.model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (options.host.empty()) return absl::InvalidArgumentError("--host is empty");
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--port = ", options.port, " outside [0, 65535]"));
+  }
+  if (options.local_prefill_max_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--local-prefill-max-tokens = ",
+                                                   options.local_prefill_max_tokens,
+                                                   " must be >= 0 (0 = never)"));
+  }
+  if (options.max_queued_requests < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-queued-requests = ",
+                                                   options.max_queued_requests, " must be >= 1"));
+  }
+  if (options.heartbeat_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the heartbeat interval must be positive");
+  }
+  if (options.worker_timeout <= options.heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--worker-timeout = ", absl::FormatDuration(options.worker_timeout),
+        " must exceed the heartbeat interval of ", absl::FormatDuration(options.heartbeat_interval)));
+  }
+  if (options.max_attempts < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_attempts = ", options.max_attempts, " must be >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace estuary::router

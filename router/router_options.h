@@ -1,0 +1,38 @@
+#pragma once
+// RouterOptions: what estuary-router's flags set (router_main.cc), validated before anything
+// loads. The service (router_service.h) reads the serving fields; main the process fields.
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "router/worker_registry.h"
+
+namespace estuary::router {
+
+struct RouterOptions {
+  // Process.
+  std::string model;                 // model folder: the tokenizer and config come from it
+  std::string model_id;              // served name; empty = the model folder's name
+  std::string host = "127.0.0.1";
+  int port = 50051;                  // 0 = any free port (see ready_file)
+  std::string ready_file;            // written with "host:port\n" once serving
+
+  // Serving.
+  Policy policy = Policy::kLeastLoaded;
+  // Prompts of at most this many tokens are prefilled on the decode worker itself (conditional
+  // disaggregation); 0 = always disaggregate while a compatible prefill worker is registered.
+  int local_prefill_max_tokens = 0;
+  // Requests admitted but not yet streaming (placement, reservation, prefill) at most; beyond,
+  // Generate answers RESOURCE_EXHAUSTED.
+  int max_queued_requests = 1024;
+  absl::Duration worker_timeout = absl::Seconds(3);        // heartbeat silence that drops a worker
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);  // told to workers at Register
+  // Attempts of a request whose worker turned out UNAVAILABLE before anything was streamed.
+  int max_attempts = 3;
+};
+
+// INVALID_ARGUMENT naming the flag.
+absl::Status ValidateRouterOptions(const RouterOptions& options);
+
+}  // namespace estuary::router

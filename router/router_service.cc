@@ -1,0 +1,494 @@
+#include "router/router_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "core/common/logging.h"
+#include "core/common/status_macros.h"
+#include "core/model/model_loader.h"
+#include "router/stop_matcher.h"
+#include "rpc/status_convert.h"
+#include "rpc/worker_process.h"
+
+namespace estuary::router {
+namespace {
+
+using estuary::v1::FinishReason;
+using rpc::FromGrpcStatus;
+using rpc::ToGrpcStatus;
+
+constexpr absl::Duration kWatchInterval = absl::Milliseconds(50);
+constexpr absl::Duration kAbortTimeout = absl::Seconds(1);
+
+std::chrono::system_clock::time_point ChronoDeadline(absl::Time deadline) {
+  return absl::ToChronoTime(deadline);
+}
+
+}  // namespace
+
+// One Generate call in flight, shared with the watchdog and Abort.
+struct RouterService::Active {
+  explicit Active(std::string request_id) : id(std::move(request_id)) {}
+  const std::string id;
+  absl::Mutex mu;
+  grpc::ServerContext* server_context ABSL_GUARDED_BY(mu) = nullptr;  // null once the call ends
+  grpc::ClientContext* worker_call ABSL_GUARDED_BY(mu) = nullptr;     // the worker call under way
+  std::string decode_address ABSL_GUARDED_BY(mu);
+  std::string prefill_address ABSL_GUARDED_BY(mu);
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+  bool client_gone ABSL_GUARDED_BY(mu) = false;
+
+  bool Cancelled() {
+    absl::MutexLock lock(&mu);
+    return cancelled;
+  }
+  // Makes `call` the one Cancel interrupts; false when the request is already cancelled.
+  bool Begin(grpc::ClientContext* call) {
+    absl::MutexLock lock(&mu);
+    if (cancelled) return false;
+    worker_call = call;
+    return true;
+  }
+  void End() {
+    absl::MutexLock lock(&mu);
+    worker_call = nullptr;
+  }
+};
+
+// What one request carries from attempt to attempt.
+struct RouterService::Attempt {
+  estuary::v1::WorkerRequest request;  // as sent to the workers
+  absl::Time arrival;
+  absl::Time deadline = absl::InfiniteFuture();
+  estuary::v1::Timings timings;
+  bool first_token_seen = false;
+  std::optional<FinishReason> finish;  // set when the request ended normally
+};
+
+// Turns decode responses into Chunks: text through the detokenizer and the stop strings,
+// exit layers, usage figures.
+class RouterService::Relay {
+ public:
+  Relay(const Tokenizer& tokenizer, int32_t last_prompt_id, std::vector<std::string> stops,
+        int num_layers)
+      : detokenizer_(tokenizer, last_prompt_id),
+        stops_(std::move(stops)),
+        num_layers_(num_layers),
+        histogram_(static_cast<size_t>(num_layers) + 1, 0) {}
+
+  // Adds the tokens of `response` to `chunk`; true when a stop string matched (later tokens are
+  // dropped). `final` flushes the held-back text.
+  bool Add(const estuary::v1::DecodeResponse& response, bool final, estuary::v1::Chunk* chunk) {
+    std::string text;
+    for (int i = 0; i < response.token_ids_size(); ++i) {
+      const int32_t id = response.token_ids(i);
+      const int layers = i < response.backbone_layers_size() ? response.backbone_layers(i)
+                                                             : num_layers_;
+      chunk->add_token_ids(id);
+      chunk->add_exit_layers(layers >= num_layers_ || layers <= 0 ? -1 : layers - 1);
+      ++tokens_;
+      layer_sum_ += std::clamp(layers, 0, num_layers_);
+      ++histogram_[static_cast<size_t>(std::clamp(layers, 0, num_layers_))];
+      StopMatcher::Result r = stops_.Push(detokenizer_.Push(id));
+      text += r.text;
+      if (r.stopped) {
+        chunk->mutable_text()->append(text);
+        return true;
+      }
+    }
+    if (final) {
+      StopMatcher::Result r = stops_.Push(detokenizer_.Flush());
+      text += r.text;
+      if (r.stopped) {
+        chunk->mutable_text()->append(text);
+        return true;
+      }
+      text += stops_.Flush();
+    }
+    chunk->mutable_text()->append(text);
+    return false;
+  }
+
+  int tokens() const { return tokens_; }
+  void FillUsage(int prompt_tokens, estuary::v1::Usage* usage) const {
+    usage->set_prompt_tokens(prompt_tokens);
+    usage->set_completion_tokens(tokens_);
+    usage->set_mean_backbone_layers(tokens_ > 0 ? static_cast<double>(layer_sum_) / tokens_ : 0.0);
+    for (int64_t n : histogram_) usage->add_exit_layer_histogram(n);
+  }
+
+ private:
+  IncrementalDetokenizer detokenizer_;
+  StopMatcher stops_;
+  const int num_layers_;
+  int tokens_ = 0;
+  int64_t layer_sum_ = 0;
+  std::vector<int64_t> histogram_;
+};
+
+absl::StatusOr<std::unique_ptr<RouterService>> RouterService::Create(const RouterOptions& options) {
+  ESTUARY_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(options.model));
+  const LlamaConfig& config = loaded.model->config();
+  ModelLimits limits{config.max_seq_len, config.vocab_size, config.n_layers};
+  std::unique_ptr<Tokenizer> tokenizer = std::move(loaded.tokenizer);
+  loaded.model.reset();  // only the tokenizer and the limits stay
+  return std::make_unique<RouterService>(options, std::move(tokenizer), limits);
+}
+
+RouterService::RouterService(const RouterOptions& options, std::unique_ptr<Tokenizer> tokenizer,
+                             const ModelLimits& limits)
+    : options_(options),
+      model_id_(options.model_id.empty() ? rpc::DefaultModelId(options.model) : options.model_id),
+      tokenizer_(std::move(tokenizer)),
+      limits_(limits),
+      registry_(ServedModel{model_id_, limits.context_length, limits.vocab_size, limits.num_layers},
+                RegistryOptions{options.worker_timeout, options.heartbeat_interval,
+                                options.policy}) {
+  std::random_device random;
+  id_prefix_ = (static_cast<uint64_t>(random()) << 32) ^ random();
+  watchdog_ = std::thread([this] { Watch(); });
+}
+
+RouterService::~RouterService() {
+  {
+    absl::MutexLock lock(&active_mu_);
+    stopping_ = true;
+  }
+  watchdog_.join();
+}
+
+std::string RouterService::NewRequestId() {
+  return absl::StrFormat("req-%012x-%d", id_prefix_ & 0xffffffffffffull, next_id_.fetch_add(1));
+}
+
+std::shared_ptr<grpc::Channel> RouterService::Channel(const std::string& address) {
+  absl::MutexLock lock(&channels_mu_);
+  std::shared_ptr<grpc::Channel>& channel = channels_[address];
+  if (channel == nullptr) {
+    channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  }
+  return channel;
+}
+
+void RouterService::Watch() {
+  while (true) {
+    std::vector<std::shared_ptr<Active>> live;
+    {
+      absl::MutexLock lock(&active_mu_);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(active_mu_) { return stopping_; };
+      active_mu_.AwaitWithTimeout(absl::Condition(&stopping), kWatchInterval);
+      if (stopping_) return;
+      for (auto& [id, active] : active_) live.push_back(active);
+    }
+    for (const std::shared_ptr<Active>& active : live) {
+      bool gone = false;
+      {
+        absl::MutexLock lock(&active->mu);
+        gone = active->server_context != nullptr && !active->cancelled &&
+               active->server_context->IsCancelled();
+      }
+      if (gone) {
+        ESTUARY_LOG(INFO) << "request " << active->id << ": the client went away; aborting";
+        Cancel(active, /*client_gone=*/true);
+      }
+    }
+  }
+}
+
+void RouterService::Cancel(const std::shared_ptr<Active>& active, bool client_gone) {
+  std::string decode, prefill;
+  {
+    absl::MutexLock lock(&active->mu);
+    if (active->cancelled) return;
+    active->cancelled = true;
+    active->client_gone = client_gone;
+    if (active->worker_call != nullptr) active->worker_call->TryCancel();
+    decode = active->decode_address;
+    prefill = active->prefill_address;
+  }
+  AbortOnWorkers(active->id, decode, prefill);
+}
+
+void RouterService::AbortOnWorkers(const std::string& request_id, const std::string& decode_address,
+                                   const std::string& prefill_address) {
+  estuary::v1::WorkerAbortRequest request;
+  request.set_request_id(request_id);
+  estuary::v1::WorkerAbortResponse response;
+  if (!decode_address.empty()) {
+    grpc::ClientContext context;
+    context.set_deadline(ChronoDeadline(absl::Now() + kAbortTimeout));
+    (void)estuary::v1::DecodeWorker::NewStub(Channel(decode_address))
+        ->Abort(&context, request, &response);
+  }
+  if (!prefill_address.empty()) {
+    grpc::ClientContext context;
+    context.set_deadline(ChronoDeadline(absl::Now() + kAbortTimeout));
+    (void)estuary::v1::PrefillWorker::NewStub(Channel(prefill_address))
+        ->Abort(&context, request, &response);
+  }
+}
+
+// ---- Inference ----
+
+grpc::Status RouterService::Inference::Generate(
+    grpc::ServerContext* context, const estuary::v1::GenerateRequest* request,
+    grpc::ServerWriter<estuary::v1::GenerateResponse>* writer) {
+  return router_.Generate(context, *request, writer);
+}
+
+grpc::Status RouterService::Generate(grpc::ServerContext* context,
+                                     const estuary::v1::GenerateRequest& request,
+                                     grpc::ServerWriter<estuary::v1::GenerateResponse>* writer) {
+  Attempt attempt;
+  attempt.arrival = absl::Now();
+  if (!request.model().empty() && request.model() != model_id_) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("model '", request.model(), "' is not served here; this "
+                                     "router serves '", model_id_, "'"));
+  }
+  absl::StatusOr<PreparedRequest> prepared = PrepareRequest(request, *tokenizer_, limits_);
+  if (!prepared.ok()) return ToGrpcStatus(prepared.status());
+  const std::string id = request.request_id().empty() ? NewRequestId() : request.request_id();
+
+  // Admission: requests not yet streaming are bounded.
+  if (queued_.fetch_add(1) >= options_.max_queued_requests) {
+    queued_.fetch_sub(1);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("the router has ", options_.max_queued_requests,
+                                     " requests waiting for their first token "
+                                     "(--max-queued-requests); try again later"));
+  }
+  bool counted_queued = true;
+  auto leave_queue = [&] {
+    if (counted_queued) queued_.fetch_sub(1);
+    counted_queued = false;
+  };
+
+  auto active = std::make_shared<Active>(id);
+  {
+    absl::MutexLock lock(&active->mu);
+    active->server_context = context;
+  }
+  {
+    absl::MutexLock lock(&active_mu_);
+    if (!active_.try_emplace(id, active).second) {
+      leave_queue();
+      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                          absl::StrCat("request id '", id, "' is already in flight"));
+    }
+  }
+
+  if (context != nullptr &&
+      context->deadline() != std::chrono::system_clock::time_point::max()) {
+    attempt.deadline = absl::FromChrono(context->deadline());
+  }
+  estuary::v1::WorkerRequest& worker_request = attempt.request;
+  worker_request.set_request_id(id);
+  for (int32_t t : prepared->prompt_ids) worker_request.add_prompt_ids(t);
+  *worker_request.mutable_sampling() = prepared->sampling;
+  *worker_request.mutable_exit() = prepared->exit;
+  worker_request.set_deadline_unix_ms(rpc::DeadlineToUnixMs(attempt.deadline));
+
+  Relay relay(*tokenizer_, prepared->prompt_ids.back(), prepared->stop, limits_.num_layers);
+  const int prompt_tokens = static_cast<int>(prepared->prompt_ids.size());
+
+  // Streams the relay's output; false when the client went away.
+  auto write = [&](estuary::v1::GenerateResponse& response) {
+    response.set_request_id(id);
+    if (writer->Write(response)) return true;
+    Cancel(active, /*client_gone=*/true);
+    return false;
+  };
+
+  absl::Status status;
+  for (int n = 0; n < options_.max_attempts; ++n) {
+    bool retry = false;
+    status = RunAttempt(*active, attempt, relay, &retry);
+    if (!retry || active->Cancelled()) break;
+    ESTUARY_LOG(WARNING) << "request " << id << ": " << status << "; trying another worker";
+  }
+  // RunAttempt streamed chunks through `write` via the relay state below.
+  (void)write;
+
+  leave_queue();
+  bool client_gone = false;
+  bool cancelled = false;
+  {
+    absl::MutexLock lock(&active->mu);
+    active->server_context = nullptr;
+    client_gone = active->client_gone;
+    cancelled = active->cancelled;
+  }
+  {
+    absl::MutexLock lock(&active_mu_);
+    active_.erase(id);
+  }
+  if (client_gone) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the request");
+  }
+  if (cancelled && !attempt.finish.has_value()) attempt.finish = estuary::v1::FINISH_REASON_CANCELLED;
+  if (!attempt.finish.has_value()) {
+    ESTUARY_LOG(WARNING) << "request " << id << " failed: " << status;
+    return ToGrpcStatus(status.ok() ? absl::InternalError("the request ended without a finish")
+                                    : status);
+  }
+  estuary::v1::GenerateResponse last;
+  estuary::v1::Complete* complete = last.mutable_complete();
+  complete->set_finish_reason(*attempt.finish);
+  relay.FillUsage(prompt_tokens, complete->mutable_usage());
+  *complete->mutable_timings() = attempt.timings;
+  if (!write(last)) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+  }
+  return grpc::Status::OK;
+}
+
+absl::Status RouterService::RunAttempt(Active& active, Attempt& attempt, Relay& relay, bool* retry) {
+  *retry = false;
+  const estuary::v1::WorkerRequest& request = attempt.request;
+  const std::vector<int32_t> prompt(request.prompt_ids().begin(), request.prompt_ids().end());
+  const int64_t tokens = static_cast<int64_t>(prompt.size());
+  const absl::Time now = absl::Now();
+  const bool local = tokens <= options_.local_prefill_max_tokens ||
+                     !registry_.HasCompatiblePair(now);
+  ESTUARY_ASSIGN_OR_RETURN(Placement placement, registry_.Choose(prompt, local, now));
+  const std::string decode_id = placement.decode.info.worker_id();
+  const std::string decode_address = placement.decode.info.address();
+  std::string prefill_id, prefill_address;
+  if (placement.prefill.has_value()) {
+    prefill_id = placement.prefill->info.worker_id();
+    prefill_address = placement.prefill->info.address();
+  }
+  struct Releaser {
+    WorkerRegistry& registry;
+    std::string worker_id;
+    int64_t tokens;
+    void Release() {
+      if (!worker_id.empty()) registry.Release(worker_id, tokens);
+      worker_id.clear();
+    }
+    ~Releaser() { Release(); }
+  };
+  Releaser decode_release{registry_, decode_id, tokens};
+  Releaser prefill_release{registry_, prefill_id, tokens};
+  {
+    absl::MutexLock lock(&active.mu);
+    active.decode_address = decode_address;
+    active.prefill_address = prefill_address;
+  }
+  const absl::Time dispatched = absl::Now();
+  attempt.timings.set_queue_seconds(absl::ToDoubleSeconds(dispatched - attempt.arrival));
+  auto cancelled_status = [] { return absl::CancelledError("the request was cancelled"); };
+  auto worker_failed = [&](const std::string& worker_id, const char* what,
+                           const grpc::Status& status) {
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      registry_.MarkDead(worker_id);
+      *retry = !attempt.first_token_seen;
+    }
+    absl::Status s = FromGrpcStatus(status);
+    return absl::Status(s.code(), absl::StrCat(what, " on worker ", worker_id, ": ", s.message()));
+  };
+
+  auto decode_stub = estuary::v1::DecodeWorker::NewStub(Channel(decode_address));
+  estuary::v1::DecodeRequest decode_request;
+  if (!local) {
+    // 1. Pages on the decode worker.
+    estuary::v1::ReserveRequest reserve;
+    *reserve.mutable_request() = request;
+    estuary::v1::ReserveResponse reserved;
+    {
+      grpc::ClientContext call;
+      if (attempt.deadline != absl::InfiniteFuture()) call.set_deadline(ChronoDeadline(attempt.deadline));
+      if (!active.Begin(&call)) return cancelled_status();
+      const grpc::Status status = decode_stub->Reserve(&call, reserve, &reserved);
+      active.End();
+      if (!status.ok()) return worker_failed(decode_id, "Reserve", status);
+    }
+    // 2. The prompt on the prefill worker, its KV pushed into those pages.
+    estuary::v1::PrefillRequest prefill;
+    *prefill.mutable_request() = request;
+    *prefill.mutable_transfer() = reserved.transfer();
+    estuary::v1::PrefillResponse prefilled;
+    {
+      grpc::ClientContext call;
+      if (attempt.deadline != absl::InfiniteFuture()) call.set_deadline(ChronoDeadline(attempt.deadline));
+      if (!active.Begin(&call)) {
+        AbortOnWorkers(request.request_id(), decode_address, "");
+        return cancelled_status();
+      }
+      const grpc::Status status = estuary::v1::PrefillWorker::NewStub(Channel(prefill_address))
+                                      ->Prefill(&call, prefill, &prefilled);
+      active.End();
+      if (!status.ok()) {
+        // The prefill worker sends an abort completion itself when it can; this covers the
+        // case where it cannot (unreachable), so the pages do not wait for the lease.
+        AbortOnWorkers(request.request_id(), decode_address, "");
+        return worker_failed(prefill_id, "Prefill", status);
+      }
+    }
+    prefill_release.Release();
+    attempt.timings.set_prefill_seconds(prefilled.prefill_seconds());
+    attempt.timings.set_transfer_seconds(prefilled.transfer_seconds());
+    decode_request.set_request_id(request.request_id());
+  } else {
+    *decode_request.mutable_local_prefill() = request;
+  }
+
+  // 3. The token stream.
+  grpc::ClientContext call;
+  if (attempt.deadline != absl::InfiniteFuture()) call.set_deadline(ChronoDeadline(attempt.deadline));
+  if (!active.Begin(&call)) {
+    AbortOnWorkers(request.request_id(), decode_address, "");
+    return cancelled_status();
+  }
+  std::unique_ptr<grpc::ClientReader<estuary::v1::DecodeResponse>> reader =
+      decode_stub->Decode(&call, decode_request);
+  estuary::v1::DecodeResponse response;
+  absl::Time first_token_at = absl::InfinitePast();
+  absl::Status end;  // the worker's own end status (from the final message)
+  bool finished = false;
+  bool stopped = false;
+  bool client_gone = false;
+  grpc::ServerContext* server_context = nullptr;
+  {
+    absl::MutexLock lock(&active.mu);
+    server_context = active.server_context;
+  }
+  (void)server_context;
+  while (reader->Read(&response)) {
+    const bool final = response.finished();
+    if (final) {
+      finished = true;
+      end = rpc::StatusFromCode(response.status_code(), response.status_message());
+    }
+    estuary::v1::GenerateResponse out;
+    estuary::v1::Chunk* chunk = out.mutable_chunk();
+    // Text held back at the end is released only for a normal end.
+    stopped = relay.Add(response, final && end.ok(), chunk);
+    if (chunk->token_ids_size() > 0 && !attempt.first_token_seen) {
+      attempt.first_token_seen = true;
+      first_token_at = absl::Now();
+      attempt.timings.set_time_to_first_token_seconds(
+          absl::ToDoubleSeconds(first_token_at - attempt.arrival));
+      if (local) {
+        attempt.timings.set_prefill_seconds(absl::ToDoubleSeconds(first_token_at - dispatched));
+      }
+    }
+    if (chunk->token_ids_size() > 0 || !chunk->text().empty()) {
+      out.set_request_id(request.request_id());
+      if (!pending_writer_->Write(out)) {
+        client_gone = true;
+      }
+    }
+    if (stopped || client_gone || final) break;
+  }
+  (void)client_gone;
+  return absl::OkStatus();
+}
+
+}  // namespace estuary::router

@@ -1,0 +1,133 @@
+#pragma once
+// RouterService: the router's two gRPC services (design §1).
+//
+//   - estuary.v1.Inference (inference_service()): Generate validates the request
+//     (request_validation.h), admits it (--max-queued-requests), picks a (prefill, decode) pair
+//     from the registry by the placement policy and runs it disaggregated (decode Reserve ->
+//     prefill Prefill with the transfer descriptor -> decode Decode stream) or locally (decode
+//     Decode with `local_prefill`: prompts of at most --local-prefill-max-tokens tokens, or any
+//     prompt while no compatible prefill worker is registered). It relays the tokens as Chunks
+//     (token ids, UTF-8-safe text deltas, exit layers), applies stop strings on the text, and
+//     ends with one Complete (finish reason, usage, timings). The client's deadline goes to the
+//     workers; a client that goes away, or an Abort by request id, aborts the request on both
+//     workers. A worker that answers UNAVAILABLE is dropped from the registry, and the request
+//     is tried again on another pair while nothing has been streamed yet.
+//     Abort, ListModels, GetModelInfo as in inference.proto.
+//   - estuary.v1.WorkerRegistry (registry_service()): Register / Heartbeat into a
+//     WorkerRegistry (worker_registry.h).
+//
+// Thread-safety: every RPC may run concurrently on gRPC's threads (one per call).
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/tokenizer/tokenizer.h"
+#include "estuary/v1/inference.grpc.pb.h"
+#include "estuary/v1/worker.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "router/request_validation.h"
+#include "router/router_options.h"
+#include "router/worker_registry.h"
+
+namespace estuary::router {
+
+class RouterService {
+ public:
+  // Loads the tokenizer and config of `options.model` (the weights are only memory-mapped, then
+  // released). `options` should have passed ValidateRouterOptions.
+  static absl::StatusOr<std::unique_ptr<RouterService>> Create(const RouterOptions& options);
+  // With a tokenizer and limits at hand (tests).
+  RouterService(const RouterOptions& options, std::unique_ptr<Tokenizer> tokenizer,
+                const ModelLimits& limits);
+  ~RouterService();
+
+  grpc::Service* inference_service() { return &inference_; }
+  grpc::Service* registry_service() { return &registry_service_; }
+  std::vector<grpc::Service*> services() { return {&inference_, &registry_service_}; }
+
+  WorkerRegistry& registry() { return registry_; }
+  const std::string& model_id() const { return model_id_; }
+  const ModelLimits& limits() const { return limits_; }
+  // Requests admitted and not yet streaming (the figure --max-queued-requests bounds).
+  int queued() const { return queued_.load(); }
+
+ private:
+  struct Active;  // one Generate in flight
+  struct Attempt;
+  class Relay;
+
+  class Inference final : public estuary::v1::Inference::Service {
+   public:
+    explicit Inference(RouterService& router) : router_(router) {}
+    grpc::Status Generate(grpc::ServerContext* context, const estuary::v1::GenerateRequest* request,
+                          grpc::ServerWriter<estuary::v1::GenerateResponse>* writer) override;
+    grpc::Status Abort(grpc::ServerContext* context, const estuary::v1::AbortRequest* request,
+                       estuary::v1::AbortResponse* response) override;
+    grpc::Status ListModels(grpc::ServerContext* context,
+                            const estuary::v1::ListModelsRequest* request,
+                            estuary::v1::ListModelsResponse* response) override;
+    grpc::Status GetModelInfo(grpc::ServerContext* context,
+                              const estuary::v1::GetModelInfoRequest* request,
+                              estuary::v1::ModelInfo* response) override;
+
+   private:
+    RouterService& router_;
+  };
+
+  class Registry final : public estuary::v1::WorkerRegistry::Service {
+   public:
+    explicit Registry(RouterService& router) : router_(router) {}
+    grpc::Status Register(grpc::ServerContext* context, const estuary::v1::RegisterRequest* request,
+                          estuary::v1::RegisterResponse* response) override;
+    grpc::Status Heartbeat(grpc::ServerContext* context,
+                           const estuary::v1::HeartbeatRequest* request,
+                           estuary::v1::HeartbeatResponse* response) override;
+
+   private:
+    RouterService& router_;
+  };
+
+  grpc::Status Generate(grpc::ServerContext* context, const estuary::v1::GenerateRequest& request,
+                        grpc::ServerWriter<estuary::v1::GenerateResponse>* writer);
+  // One try on one pair; `retry` is set when it failed on an UNAVAILABLE worker with nothing
+  // streamed yet.
+  absl::Status RunAttempt(Active& active, Attempt& attempt, Relay& relay, bool* retry);
+  // Cancels the worker call in progress and aborts the request on its workers. `client_gone`:
+  // the client cancelled or went away (else: an Abort RPC).
+  void Cancel(const std::shared_ptr<Active>& active, bool client_gone);
+  void AbortOnWorkers(const std::string& request_id, const std::string& decode_address,
+                      const std::string& prefill_address);
+  std::shared_ptr<grpc::Channel> Channel(const std::string& address);
+  std::string NewRequestId();
+  // Watches the live requests' clients; runs on watchdog_.
+  void Watch();
+
+  const RouterOptions options_;
+  const std::string model_id_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  const ModelLimits limits_;
+  WorkerRegistry registry_;
+  Inference inference_{*this};
+  Registry registry_service_{*this};
+
+  std::atomic<int> queued_{0};
+  std::atomic<uint64_t> next_id_{0};
+  uint64_t id_prefix_ = 0;
+
+  absl::Mutex channels_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
+      ABSL_GUARDED_BY(channels_mu_);
+
+  absl::Mutex active_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Active>> active_ ABSL_GUARDED_BY(active_mu_);
+  bool stopping_ ABSL_GUARDED_BY(active_mu_) = false;
+  std::thread watchdog_;
+};
+
+}  // namespace estuary::router
