@@ -96,6 +96,8 @@ ABSL_FLAG(std::string, log_dir, "", "up: folder for the processes' logs (default
 ABSL_FLAG(std::string, server, "", "client: the router's host:port");
 ABSL_FLAG(bool, stream, true, "client: print the text as it arrives");
 ABSL_FLAG(bool, perftest, true, "bench-kv: run ucx_perftest next to each row");
+ABSL_FLAG(bool, receiver_spins, false,
+          "bench-kv: the receiver's progress thread spins instead of sleeping on its event fd");
 ABSL_FLAG(bool, transport_memory, true,
           "bench-kv: the receiver's pool in UCX-allocated (shareable) memory, as decode workers "
           "allocate it");
@@ -225,6 +227,7 @@ absl::Status BenchKv() {
   }
   options.run_perftest = absl::GetFlag(FLAGS_perftest);
   options.receiver_transport_memory = absl::GetFlag(FLAGS_transport_memory);
+  options.receiver_busy_poll = absl::GetFlag(FLAGS_receiver_spins);
   options.json = absl::GetFlag(FLAGS_json);
   return kvtransfer::RunBenchKv(options, std::cout);
 }

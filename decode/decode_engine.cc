@@ -123,13 +123,8 @@ absl::Status DecodeEngine::ValidateRequest(const DecodeRequest& request) const {
 
 absl::Status DecodeEngine::Submit(DecodeRequest request) {
   ESTUARY_RETURN_IF_ERROR(ValidateRequest(request));
-  absl::MutexLock lock(&inbox_mu_);
-  if (!live_ids_.insert(request.request_id).second) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request id '", request.request_id, "' is already live"));
-  }
-  inbox_.push_back(std::move(request));
-  return absl::OkStatus();
+  const std::string id = request.request_id;
+  return inbox_.Push(id, std::move(request));
 }
 
 std::unique_ptr<DecodeEngine::Sequence> DecodeEngine::NewSequence(DecodeRequest request) {
@@ -147,21 +142,15 @@ absl::StatusOr<DecodeEngine::Reservation> DecodeEngine::Reserve(DecodeRequest re
   auto reserved = std::make_unique<Reserved>();
   reserved->sequence = NewSequence(std::move(request));
   Sequence& s = *reserved->sequence;
-  {
-    absl::MutexLock lock(&inbox_mu_);
-    if (!live_ids_.insert(id).second) {
-      return absl::InvalidArgumentError(absl::StrCat("request id '", id, "' is already live"));
-    }
-  }
+  ESTUARY_RETURN_IF_ERROR(inbox_.Claim(id));
   // Room for the prompt and the first generated token (pool calls are thread-safe).
   if (absl::Status status = s.kv.Reserve(s.PrefillTarget() + 1); !status.ok()) {
-    absl::MutexLock lock(&inbox_mu_);
-    live_ids_.erase(id);
+    inbox_.Forget(id);
     return status;
   }
   Reservation out{s.kv.pages(), absl::Now() + lease};
   reserved->lease_deadline = out.lease_deadline;
-  absl::MutexLock lock(&inbox_mu_);
+  absl::MutexLock lock(&reservations_mu_);
   reservations_[id] = std::move(reserved);
   return out;
 }
@@ -173,7 +162,7 @@ absl::Status DecodeEngine::CompleteReservation(const std::string& request_id, in
                                                    " outside the vocabulary [0, ",
                                                    model_.config().vocab_size, ")"));
   }
-  absl::MutexLock lock(&inbox_mu_);
+  absl::MutexLock lock(&reservations_mu_);
   auto it = reservations_.find(request_id);
   if (it == reservations_.end()) {
     return absl::NotFoundError(absl::StrCat("no reservation for request '", request_id,
@@ -193,14 +182,14 @@ absl::Status DecodeEngine::CompleteReservation(const std::string& request_id, in
 }
 
 int DecodeEngine::reserved() const {
-  absl::MutexLock lock(&inbox_mu_);
+  absl::MutexLock lock(&reservations_mu_);
   return static_cast<int>(reservations_.size());
 }
 
 void DecodeEngine::DrainReservations() {
   std::vector<std::unique_ptr<Reserved>> completed, expired;
   {
-    absl::MutexLock lock(&inbox_mu_);
+    absl::MutexLock lock(&reservations_mu_);
     completed.swap(completed_);
     const absl::Time now = absl::Now();
     for (auto it = reservations_.begin(); it != reservations_.end();) {
@@ -226,31 +215,24 @@ void DecodeEngine::DrainReservations() {
   }
 }
 
-bool DecodeEngine::Abort(const std::string& request_id) {
-  absl::MutexLock lock(&inbox_mu_);
-  if (!live_ids_.contains(request_id)) return false;
-  abort_inbox_.push_back(request_id);
-  return true;
-}
+bool DecodeEngine::Abort(const std::string& request_id) { return inbox_.Abort(request_id); }
 
 bool DecodeEngine::Idle() const {
-  absl::MutexLock lock(&inbox_mu_);
-  return inbox_.empty() && abort_inbox_.empty() && completed_.empty() && waiting_.empty() &&
-         running_.empty();
+  {
+    absl::MutexLock lock(&reservations_mu_);
+    if (!completed_.empty()) return false;
+  }
+  return inbox_.Empty() && waiting_.empty() && running_.empty();
 }
 
 void DecodeEngine::DrainInbox() {
   std::vector<DecodeRequest> requests;
   std::vector<std::string> aborts;
-  {
-    absl::MutexLock lock(&inbox_mu_);
-    requests.swap(inbox_);
-    aborts.swap(abort_inbox_);
-  }
+  inbox_.Take(&requests, &aborts);
   for (DecodeRequest& request : requests) waiting_.push_back(NewSequence(std::move(request)));
   std::vector<std::unique_ptr<Reserved>> aborted_reservations;
   {
-    absl::MutexLock lock(&inbox_mu_);
+    absl::MutexLock lock(&reservations_mu_);
     for (const std::string& id : aborts) {
       if (auto it = reservations_.find(id); it != reservations_.end()) {
         aborted_reservations.push_back(std::move(it->second));
@@ -475,10 +457,7 @@ void DecodeEngine::EmitToken(Sequence& s, int32_t next, int backbone_layers) {
 void DecodeEngine::Finish(Sequence& s, FinishReason reason, absl::Status status) {
   s.finished = true;
   s.kv.Release();
-  {
-    absl::MutexLock lock(&inbox_mu_);
-    live_ids_.erase(s.request.request_id);
-  }
+  inbox_.Forget(s.request.request_id);
   TokenEvent event;
   event.request_id = s.request.request_id;
   event.finished = true;

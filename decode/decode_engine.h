@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/common/request_inbox.h"
 #include "core/kvcache/kv_pool.h"
 #include "core/model/exit_policy.h"
 #include "core/model/llama_model.h"
@@ -150,15 +151,13 @@ class DecodeEngine {
   std::atomic<int64_t> arrivals_{0};
 
   // Requests and aborts from other threads, taken by the engine thread at the start of Step().
-  mutable absl::Mutex inbox_mu_;
-  std::vector<DecodeRequest> inbox_ ABSL_GUARDED_BY(inbox_mu_);
-  std::vector<std::string> abort_inbox_ ABSL_GUARDED_BY(inbox_mu_);
-  absl::flat_hash_set<std::string> live_ids_ ABSL_GUARDED_BY(inbox_mu_);
+  RequestInbox<DecodeRequest> inbox_;
   // Reserved sequences waiting for their KV (their pages held), and those whose KV arrived.
   struct Reserved;
+  mutable absl::Mutex reservations_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Reserved>> reservations_
-      ABSL_GUARDED_BY(inbox_mu_);
-  std::vector<std::unique_ptr<Reserved>> completed_ ABSL_GUARDED_BY(inbox_mu_);
+      ABSL_GUARDED_BY(reservations_mu_);
+  std::vector<std::unique_ptr<Reserved>> completed_ ABSL_GUARDED_BY(reservations_mu_);
 
   // Engine-thread state.
   std::deque<std::unique_ptr<Sequence>> waiting_;   // admission order; preempted go first

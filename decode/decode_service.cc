@@ -9,6 +9,7 @@
 #include "core/common/status_macros.h"
 #include "kvtransfer/fingerprint.h"
 #include "rpc/status_convert.h"
+#include "rpc/worker_process.h"
 #include "rpc/worker_request.h"
 
 namespace estuary {
@@ -195,9 +196,7 @@ grpc::Status DecodeService::GetLoad(grpc::ServerContext* context,
     *response = load_;  // the engine-thread figures of the latest step
   }
   // The pool and reservation figures are thread-safe: current, not as of the latest step.
-  const KvPoolStats stats = engine_->pool().Stats();
-  response->set_free_pages(stats.free_pages + stats.cached_pages);
-  response->set_total_pages(stats.num_pages);
+  rpc::SetPoolLoad(engine_->pool(), response);
   response->set_reserved_requests(engine_->reserved());
   return grpc::Status::OK;
 }

@@ -6,11 +6,8 @@
 //   estuary-decode --model PATH [--port P] [--tensor-parallel-size N] [--river
 //                  --exit-threshold T] [--kv-cache-bytes B] [--ucx-tls tcp] [--ready-file F]
 
-#include <cstdio>
-
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "cli/flag_spelling.h"
 #include "core/common/status_macros.h"
 #include "decode/decode_service.h"
 #include "rpc/worker_flags.h"
@@ -53,12 +50,5 @@ absl::Status Run() {
 }  // namespace estuary
 
 int main(int argc, char** argv) {
-  estuary::rpc::BlockTerminationSignals();
-  estuary::cli::ParseFlags(argc, argv);
-  const absl::Status status = estuary::Run();
-  if (!status.ok()) {
-    std::fprintf(stderr, "estuary-decode: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  return estuary::rpc::WorkerMain(argc, argv, "estuary-decode", estuary::Run);
 }

@@ -95,35 +95,18 @@ absl::Status PrefillEngine::Submit(PrefillRequest request) {
         " KV pages; the prefill pool has ", pool_->num_pages(), " (--kv-cache-bytes = ",
         options_.kv_cache_bytes, ")"));
   }
-  absl::MutexLock lock(&inbox_mu_);
-  if (!live_ids_.insert(request.request_id).second) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request id '", request.request_id, "' is already live"));
-  }
-  inbox_.push_back(std::move(request));
-  return absl::OkStatus();
+  const std::string id = request.request_id;
+  return inbox_.Push(id, std::move(request));
 }
 
-bool PrefillEngine::Abort(const std::string& request_id) {
-  absl::MutexLock lock(&inbox_mu_);
-  if (!live_ids_.contains(request_id)) return false;
-  abort_inbox_.push_back(request_id);
-  return true;
-}
+bool PrefillEngine::Abort(const std::string& request_id) { return inbox_.Abort(request_id); }
 
-bool PrefillEngine::Idle() const {
-  absl::MutexLock lock(&inbox_mu_);
-  return inbox_.empty() && abort_inbox_.empty() && waiting_.empty() && running_.empty();
-}
+bool PrefillEngine::Idle() const { return inbox_.Empty() && waiting_.empty() && running_.empty(); }
 
 void PrefillEngine::DrainInbox() {
   std::vector<PrefillRequest> requests;
   std::vector<std::string> aborts;
-  {
-    absl::MutexLock lock(&inbox_mu_);
-    requests.swap(inbox_);
-    aborts.swap(abort_inbox_);
-  }
+  inbox_.Take(&requests, &aborts);
   for (PrefillRequest& request : requests) {
     const float tau = options_.prefill_exit
                           ? request.exit_threshold.value_or(options_.exit.default_threshold)
@@ -273,10 +256,7 @@ absl::Status PrefillEngine::RunBatch(bool* ran) {
 
 void PrefillEngine::Finish(Sequence& s, absl::Status status) {
   s.finished = true;
-  {
-    absl::MutexLock lock(&inbox_mu_);
-    live_ids_.erase(s.request.request_id);
-  }
+  inbox_.Forget(s.request.request_id);
   PrefillDone done;
   done.request_id = s.request.request_id;
   done.status = std::move(status);

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/common/request_inbox.h"
 #include "core/kvcache/kv_pool.h"
 #include "core/model/exit_policy.h"
 #include "core/model/sharded_model.h"
@@ -115,10 +116,7 @@ class PrefillEngine {
   int64_t prefill_tokens_ = 0;
 
   // Requests and aborts from other threads, taken by the engine thread at the start of Step().
-  mutable absl::Mutex inbox_mu_;
-  std::vector<PrefillRequest> inbox_ ABSL_GUARDED_BY(inbox_mu_);
-  std::vector<std::string> abort_inbox_ ABSL_GUARDED_BY(inbox_mu_);
-  absl::flat_hash_set<std::string> live_ids_ ABSL_GUARDED_BY(inbox_mu_);
+  RequestInbox<PrefillRequest> inbox_;
 
   // Engine-thread state.
   std::deque<std::unique_ptr<Sequence>> waiting_;   // arrival order, no pages yet

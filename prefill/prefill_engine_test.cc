@@ -526,7 +526,7 @@ TEST_F(PrefillEngineTest, ADroppedDoneEventReturnsThePagesAtOnce) {
   EXPECT_EQ((*engine)->pool().free_pages(), baseline);
 }
 
-// The benchmark's code path on the tiny model (the real run is `bench_prefill --model ...`).
+// The benchmark's code path on the tiny model (the real run is `estuary bench-prefill --model ...`).
 TEST(BenchPrefillTest, MeasuresPrefillAndTheGemmsOnATinyModel) {
   BenchPrefillOptions options;
   options.model_path = "../shared/models/stories260K";

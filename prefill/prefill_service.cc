@@ -9,6 +9,7 @@
 #include "core/common/status_macros.h"
 #include "kvtransfer/fingerprint.h"
 #include "rpc/status_convert.h"
+#include "rpc/worker_process.h"
 #include "rpc/worker_request.h"
 
 namespace estuary {
@@ -178,9 +179,7 @@ grpc::Status PrefillService::GetLoad(grpc::ServerContext* context,
     absl::MutexLock lock(&load_mu_);
     *response = load_;  // the engine-thread figures of the latest step
   }
-  const KvPoolStats stats = engine_->pool().Stats();  // thread-safe, current
-  response->set_free_pages(stats.free_pages + stats.cached_pages);
-  response->set_total_pages(stats.num_pages);
+  rpc::SetPoolLoad(engine_->pool(), response);  // thread-safe, current
   return grpc::Status::OK;
 }
 

@@ -5,10 +5,7 @@
 //   estuary-prefill --model PATH [--port P] [--tensor-parallel-size N]
 //                   [--max-num-batched-tokens T] [--ucx-tls tcp] [--ready-file F]
 
-#include <cstdio>
-
 #include "absl/flags/flag.h"
-#include "cli/flag_spelling.h"
 #include "core/common/status_macros.h"
 #include "prefill/prefill_service.h"
 #include "rpc/worker_flags.h"
@@ -39,12 +36,5 @@ absl::Status Run() {
 }  // namespace estuary
 
 int main(int argc, char** argv) {
-  estuary::rpc::BlockTerminationSignals();
-  estuary::cli::ParseFlags(argc, argv);
-  const absl::Status status = estuary::Run();
-  if (!status.ok()) {
-    std::fprintf(stderr, "estuary-prefill: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  return estuary::rpc::WorkerMain(argc, argv, "estuary-prefill", estuary::Run);
 }

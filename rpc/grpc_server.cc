@@ -25,11 +25,16 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& host, int port,
   return running;
 }
 
-void WaitForTerminationSignal() {
+sigset_t TerminationSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  return signals;
+}
+
+void WaitForTerminationSignal() {
+  const sigset_t signals = TerminationSignals();
   // Blocked in this thread (BlockTerminationSignals did it for the whole process when called
   // first), then taken synchronously.
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);

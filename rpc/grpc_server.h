@@ -4,6 +4,8 @@
 // a free one). The caller owns the returned server and the services it registered, which must
 // outlive it.
 
+#include <signal.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,7 +25,9 @@ struct RunningServer {
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& host, int port,
                                               const std::vector<grpc::Service*>& services);
 
-// Blocks until SIGINT or SIGTERM arrives (installs handlers for both; call once per process).
+// {SIGINT, SIGTERM}.
+sigset_t TerminationSignals();
+// Blocks until SIGINT or SIGTERM arrives (taken synchronously; call once per process).
 void WaitForTerminationSignal();
 
 }  // namespace estuary::rpc

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "cli/flag_spelling.h"
 #include "core/common/logging.h"
 #include "core/common/status_macros.h"
 #include "core/model/model_loader.h"
@@ -35,11 +36,26 @@ std::string DefaultModelId(const std::string& model_path) {
 }
 
 void BlockTerminationSignals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
+  const sigset_t signals = TerminationSignals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+int WorkerMain(int argc, char** argv, const char* program,
+               const std::function<absl::Status()>& run) {
+  BlockTerminationSignals();
+  cli::ParseFlags(argc, argv);
+  const absl::Status status = run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program, status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+void SetPoolLoad(const KvPool& pool, estuary::v1::WorkerLoad* load) {
+  const KvPoolStats stats = pool.Stats();
+  load->set_free_pages(stats.free_pages + stats.cached_pages);
+  load->set_total_pages(stats.num_pages);
 }
 
 absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(

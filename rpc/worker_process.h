@@ -3,12 +3,15 @@
 // and serving: loading the model onto its TP ranks, the UCX transport, and serving until
 // SIGINT / SIGTERM with a ready file that launchers and tests wait on.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/kvcache/kv_pool.h"
 #include "core/model/sharded_model.h"
+#include "estuary/v1/worker.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "kvtransfer/transport.h"
 
@@ -35,6 +38,14 @@ void BlockTerminationSignals();
 absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(const WorkerProcessOptions& options);
 absl::StatusOr<std::unique_ptr<kvtransfer::Transport>> CreateTransport(
     const WorkerProcessOptions& options);
+
+// The whole main() of a worker binary: blocks the termination signals, parses the flags (dashes
+// or underscores), runs `run` and turns its status into the exit code (printing errors as
+// "<program>: <status>").
+int WorkerMain(int argc, char** argv, const char* program, const std::function<absl::Status()>& run);
+
+// Current KV pool figures into a load report (thread-safe: KvPool::Stats()).
+void SetPoolLoad(const KvPool& pool, estuary::v1::WorkerLoad* load);
 
 // Starts the gRPC server with `services` (plus health and reflection), writes the ready file,
 // blocks until SIGINT / SIGTERM, then shuts the server down (in-flight calls get a short grace).
