@@ -26,6 +26,7 @@ absl::Status RunClient(const ClientOptions& options) {
   context.set_deadline(
       absl::ToChronoTime(absl::Now() + absl::Seconds(options.timeout_seconds)));
   auto reader = stub->Generate(&context, request);
+  if (!options.json && options.stream) std::cout << options.prompt << std::flush;
   estuary::v1::GenerateResponse response;
   std::vector<int32_t> ids;
   std::string text;
@@ -41,7 +42,7 @@ absl::Status RunClient(const ClientOptions& options) {
   }
   if (absl::Status status = rpc::FromGrpcStatus(reader->Finish()); !status.ok()) return status;
   if (!options.json) {
-    if (!options.stream) std::cout << text;
+    if (!options.stream) std::cout << options.prompt << text;
     std::cout << std::endl;
     return absl::OkStatus();
   }

@@ -7,6 +7,8 @@
 //   estuary up       [--model PATH] [--port P] [--prefill N] [--decode M] [--tp-prefill P]
 //                    [--tp-decode D] [--policy least_loaded] [--local-prefill-max-tokens T]
 //   estuary client   --server HOST:PORT --prompt TEXT [--max-tokens N] [--stream] [--json]
+//   estuary bench-serve --server HOST:PORT --rate R --num-requests N --input-len I
+//                       --output-len O [--json]
 //   estuary convert  --from PATH --to DIR [--dtype f32|bf16]
 //   estuary synth    --preset tiny|llama-3.2-1b|llama-3.1-8b --out DIR [--seed S]
 //   estuary eval-exit --model PATH --taus LIST --prompts FILE --max-tokens N [--json]
@@ -33,6 +35,7 @@
 #include "cli/default_model.h"
 #include "cli/exit_commands.h"
 #include "cli/flag_spelling.h"
+#include "cli/bench_serve.h"
 #include "cli/client_command.h"
 #include "cli/generate_command.h"
 #include "cli/up_command.h"
@@ -95,6 +98,10 @@ ABSL_FLAG(std::string, ready_file, "", "up: written with the router's host:port 
 ABSL_FLAG(std::string, log_dir, "", "up: folder for the processes' logs (default: a temp folder)");
 ABSL_FLAG(std::string, server, "", "client: the router's host:port");
 ABSL_FLAG(bool, stream, true, "client: print the text as it arrives");
+ABSL_FLAG(double, rate, 4.0, "bench-serve: requests per second (Poisson); 0 = all at once");
+ABSL_FLAG(int, num_requests, 32, "bench-serve: requests to send");
+ABSL_FLAG(int, input_len, 64, "bench-serve: prompt tokens per request");
+ABSL_FLAG(int, output_len, 64, "bench-serve: new tokens per request");
 ABSL_FLAG(bool, perftest, true, "bench-kv: run ucx_perftest next to each row");
 ABSL_FLAG(bool, receiver_spins, false,
           "bench-kv: the receiver's progress thread spins instead of sleeping on its event fd");
@@ -119,6 +126,7 @@ constexpr char kUsage[] =
     "  generate  run one prompt on a model and print the completion\n"
     "  up        start a local cluster (router, prefill and decode workers) on loopback\n"
     "  client    send one prompt to a router and print the streamed answer\n"
+    "  bench-serve    load a router: TTFT, inter-token and end-to-end latency, tokens/s\n"
     "  convert   write a Hugging Face folder from a llama2.c model\n"
     "  synth     write a random-weight model with real shapes\n"
     "  eval-exit      fidelity and cost of the exit river at several thresholds\n"
@@ -303,6 +311,18 @@ absl::Status Client() {
   return RunClient(options);
 }
 
+absl::Status BenchServe() {
+  BenchServeOptions options;
+  options.server = absl::GetFlag(FLAGS_server);
+  options.rate = absl::GetFlag(FLAGS_rate);
+  options.num_requests = absl::GetFlag(FLAGS_num_requests);
+  options.input_len = absl::GetFlag(FLAGS_input_len);
+  options.output_len = absl::GetFlag(FLAGS_output_len);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.json = absl::GetFlag(FLAGS_json);
+  return RunBenchServe(options);
+}
+
 absl::Status Convert() {
   const std::string from = absl::GetFlag(FLAGS_from), to = absl::GetFlag(FLAGS_to);
   if (from.empty() || to.empty()) {
@@ -345,6 +365,8 @@ int Main(int argc, char** argv) {
     status = Up();
   } else if (command == "client") {
     status = Client();
+  } else if (command == "bench-serve") {
+    status = BenchServe();
   } else if (command == "bench-prefill") {
     status = BenchPrefill();
   } else if (command == "bench-kv") {

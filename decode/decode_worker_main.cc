@@ -43,7 +43,16 @@ absl::Status Run() {
                            rpc::CreateTransport(process));
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DecodeService> service,
                            DecodeService::Create(*model, *transport, options));
-  return rpc::ServeUntilSignal(process, "decode", {service.get()});
+  DecodeService* decode = service.get();
+  return rpc::ServeUntilSignal(
+      process,
+      rpc::MakeWorkerInfo(estuary::v1::WORKER_ROLE_DECODE, "", process, model->config(),
+                          options.engine.block_size, decode->fingerprint()),
+      {decode}, [decode] {
+        estuary::v1::WorkerLoad load;
+        (void)decode->GetLoad(nullptr, nullptr, &load);
+        return load;
+      });
 }
 
 }  // namespace

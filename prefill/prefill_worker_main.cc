@@ -29,7 +29,16 @@ absl::Status Run() {
                            rpc::CreateTransport(process));
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<PrefillService> service,
                            PrefillService::Create(*model, *transport, options));
-  return rpc::ServeUntilSignal(process, "prefill", {service.get()});
+  PrefillService* prefill = service.get();
+  return rpc::ServeUntilSignal(
+      process,
+      rpc::MakeWorkerInfo(estuary::v1::WORKER_ROLE_PREFILL, "", process, model->config(),
+                          options.engine.block_size, prefill->fingerprint()),
+      {prefill}, [prefill] {
+        estuary::v1::WorkerLoad load;
+        (void)prefill->GetLoad(nullptr, nullptr, &load);
+        return load;
+      });
 }
 
 }  // namespace

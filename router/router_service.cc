@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <random>
 
@@ -14,6 +15,7 @@
 #include "router/stop_matcher.h"
 #include "rpc/status_convert.h"
 #include "rpc/worker_process.h"
+#include "rpc/worker_request.h"
 
 namespace estuary::router {
 namespace {
@@ -67,6 +69,8 @@ struct RouterService::Attempt {
   absl::Time deadline = absl::InfiniteFuture();
   estuary::v1::Timings timings;
   bool first_token_seen = false;
+  absl::Time first_token_at;
+  std::function<void()> on_first_token;  // leaves the admission queue
   std::optional<FinishReason> finish;  // set when the request ended normally
 };
 
@@ -298,22 +302,21 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   const int prompt_tokens = static_cast<int>(prepared->prompt_ids.size());
 
   // Streams the relay's output; false when the client went away.
-  auto write = [&](estuary::v1::GenerateResponse& response) {
+  WriteFn write = [&](estuary::v1::GenerateResponse& response) {
     response.set_request_id(id);
     if (writer->Write(response)) return true;
     Cancel(active, /*client_gone=*/true);
     return false;
   };
 
+  attempt.on_first_token = leave_queue;
   absl::Status status;
   for (int n = 0; n < options_.max_attempts; ++n) {
     bool retry = false;
-    status = RunAttempt(*active, attempt, relay, &retry);
+    status = RunAttempt(*active, attempt, relay, write, &retry);
     if (!retry || active->Cancelled()) break;
     ESTUARY_LOG(WARNING) << "request " << id << ": " << status << "; trying another worker";
   }
-  // RunAttempt streamed chunks through `write` via the relay state below.
-  (void)write;
 
   leave_queue();
   bool client_gone = false;
@@ -348,7 +351,8 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-absl::Status RouterService::RunAttempt(Active& active, Attempt& attempt, Relay& relay, bool* retry) {
+absl::Status RouterService::RunAttempt(Active& active, Attempt& attempt, Relay& relay,
+                                       const WriteFn& write, bool* retry) {
   *retry = false;
   const estuary::v1::WorkerRequest& request = attempt.request;
   const std::vector<int32_t> prompt(request.prompt_ids().begin(), request.prompt_ids().end());
@@ -449,46 +453,133 @@ absl::Status RouterService::RunAttempt(Active& active, Attempt& attempt, Relay& 
   std::unique_ptr<grpc::ClientReader<estuary::v1::DecodeResponse>> reader =
       decode_stub->Decode(&call, decode_request);
   estuary::v1::DecodeResponse response;
-  absl::Time first_token_at = absl::InfinitePast();
-  absl::Status end;  // the worker's own end status (from the final message)
-  bool finished = false;
+  std::optional<absl::Status> end;  // the worker's end status, from its final message
+  FinishReason reason = estuary::v1::FINISH_REASON_UNSPECIFIED;
   bool stopped = false;
   bool client_gone = false;
-  grpc::ServerContext* server_context = nullptr;
-  {
-    absl::MutexLock lock(&active.mu);
-    server_context = active.server_context;
-  }
-  (void)server_context;
   while (reader->Read(&response)) {
     const bool final = response.finished();
     if (final) {
-      finished = true;
       end = rpc::StatusFromCode(response.status_code(), response.status_message());
+      reason = response.finish_reason();
     }
     estuary::v1::GenerateResponse out;
     estuary::v1::Chunk* chunk = out.mutable_chunk();
-    // Text held back at the end is released only for a normal end.
-    stopped = relay.Add(response, final && end.ok(), chunk);
+    // Text held back at the end is released for a normal end only.
+    stopped = relay.Add(response, final && end->ok(), chunk);
     if (chunk->token_ids_size() > 0 && !attempt.first_token_seen) {
       attempt.first_token_seen = true;
-      first_token_at = absl::Now();
+      attempt.first_token_at = absl::Now();
       attempt.timings.set_time_to_first_token_seconds(
-          absl::ToDoubleSeconds(first_token_at - attempt.arrival));
+          absl::ToDoubleSeconds(attempt.first_token_at - attempt.arrival));
       if (local) {
-        attempt.timings.set_prefill_seconds(absl::ToDoubleSeconds(first_token_at - dispatched));
+        attempt.timings.set_prefill_seconds(
+            absl::ToDoubleSeconds(attempt.first_token_at - dispatched));
       }
+      if (attempt.on_first_token) attempt.on_first_token();
     }
     if (chunk->token_ids_size() > 0 || !chunk->text().empty()) {
-      out.set_request_id(request.request_id());
-      if (!pending_writer_->Write(out)) {
-        client_gone = true;
-      }
+      if (!write(out)) client_gone = true;
     }
     if (stopped || client_gone || final) break;
   }
-  (void)client_gone;
-  return absl::OkStatus();
+  if (stopped || client_gone) {
+    // The decode worker goes on otherwise: cancel the stream and abort the request there.
+    call.TryCancel();
+    AbortOnWorkers(request.request_id(), decode_address, "");
+  }
+  const grpc::Status stream_status = reader->Finish();
+  active.End();
+  if (attempt.first_token_seen) {
+    attempt.timings.set_decode_seconds(absl::ToDoubleSeconds(absl::Now() - attempt.first_token_at));
+  }
+  if (stopped) {
+    attempt.finish = estuary::v1::FINISH_REASON_STOP_STRING;
+    return absl::OkStatus();
+  }
+  if (client_gone || active.Cancelled()) return cancelled_status();
+  if (end.has_value()) {
+    if (!end->ok()) return *end;
+    attempt.finish = reason;
+    return absl::OkStatus();
+  }
+  if (!stream_status.ok()) return worker_failed(decode_id, "Decode", stream_status);
+  return absl::InternalError(
+      absl::StrCat("the decode stream on worker ", decode_id, " ended without a final message"));
+}
+
+grpc::Status RouterService::Inference::Abort(grpc::ServerContext* context,
+                                             const estuary::v1::AbortRequest* request,
+                                             estuary::v1::AbortResponse* response) {
+  std::shared_ptr<Active> active;
+  {
+    absl::MutexLock lock(&router_.active_mu_);
+    auto it = router_.active_.find(request->request_id());
+    if (it != router_.active_.end()) active = it->second;
+  }
+  response->set_found(active != nullptr);
+  if (active != nullptr) {
+    ESTUARY_LOG(INFO) << "request " << active->id << ": aborted by an Abort call";
+    router_.Cancel(active, /*client_gone=*/false);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status RouterService::Inference::ListModels(grpc::ServerContext* context,
+                                                  const estuary::v1::ListModelsRequest* request,
+                                                  estuary::v1::ListModelsResponse* response) {
+  response->add_models(router_.model_id_);
+  return grpc::Status::OK;
+}
+
+grpc::Status RouterService::Inference::GetModelInfo(grpc::ServerContext* context,
+                                                    const estuary::v1::GetModelInfoRequest* request,
+                                                    estuary::v1::ModelInfo* response) {
+  if (!request->model().empty() && request->model() != router_.model_id_) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("model '", request->model(), "' is not served here; this "
+                                     "router serves '", router_.model_id_, "'"));
+  }
+  response->set_name(router_.model_id_);
+  response->set_context_length(router_.limits_.context_length);
+  response->set_vocab_size(router_.limits_.vocab_size);
+  response->set_num_layers(router_.limits_.num_layers);
+  const absl::Time now = absl::Now();
+  auto max_tp = [&](estuary::v1::WorkerRole role) {
+    int tp = 0;
+    for (const WorkerView& w : router_.registry_.Live(role, now)) {
+      tp = std::max(tp, std::max(1, w.info.tp_size()));
+    }
+    return tp;
+  };
+  response->set_prefill_tp_size(max_tp(estuary::v1::WORKER_ROLE_PREFILL));
+  response->set_decode_tp_size(max_tp(estuary::v1::WORKER_ROLE_DECODE));
+  return grpc::Status::OK;
+}
+
+// ---- WorkerRegistry ----
+
+grpc::Status RouterService::Registry::Register(grpc::ServerContext* context,
+                                               const estuary::v1::RegisterRequest* request,
+                                               estuary::v1::RegisterResponse* response) {
+  const absl::Status status =
+      router_.registry_.Register(request->info(), request->load(), absl::Now());
+  if (!status.ok()) {
+    ESTUARY_LOG(WARNING) << "refused worker '" << request->info().worker_id() << "' at "
+                         << request->info().address() << ": " << status;
+    return ToGrpcStatus(status);
+  }
+  response->set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(router_.options_.heartbeat_interval));
+  return grpc::Status::OK;
+}
+
+grpc::Status RouterService::Registry::Heartbeat(grpc::ServerContext* context,
+                                                const estuary::v1::HeartbeatRequest* request,
+                                                estuary::v1::HeartbeatResponse* response) {
+  response->set_known(
+      router_.registry_.Heartbeat(request->worker_id(), request->load(), absl::Now()));
+  return grpc::Status::OK;
 }
 
 }  // namespace estuary::router

@@ -19,6 +19,7 @@
 // Thread-safety: every RPC may run concurrently on gRPC's threads (one per call).
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -97,7 +98,9 @@ class RouterService {
                         grpc::ServerWriter<estuary::v1::GenerateResponse>* writer);
   // One try on one pair; `retry` is set when it failed on an UNAVAILABLE worker with nothing
   // streamed yet.
-  absl::Status RunAttempt(Active& active, Attempt& attempt, Relay& relay, bool* retry);
+  using WriteFn = std::function<bool(estuary::v1::GenerateResponse&)>;
+  absl::Status RunAttempt(Active& active, Attempt& attempt, Relay& relay, const WriteFn& write,
+                          bool* retry);
   // Cancels the worker call in progress and aborts the request on its workers. `client_gone`:
   // the client cancelled or went away (else: an Abort RPC).
   void Cancel(const std::shared_ptr<Active>& active, bool client_gone);

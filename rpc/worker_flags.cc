@@ -13,6 +13,7 @@ ABSL_FLAG(int, tensor_parallel_size, 1, "tensor-parallel ranks (threads; cores s
 ABSL_FLAG(std::string, ucx_tls, "", "UCX transports for KV transfer (e.g. tcp or sm,tcp); "
                                     "empty = UCX's default");
 ABSL_FLAG(std::string, ready_file, "", "written with host:port once the worker serves");
+ABSL_FLAG(std::string, router, "", "the router's host:port to register with (empty: none)");
 ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{256} << 20, "KV pool bytes over all TP ranks");
 ABSL_FLAG(int, block_size, 16, "token slots per KV page (prefill and decode must agree)");
 ABSL_FLAG(int, max_num_seqs, 64, "sequences admitted at once");
@@ -30,6 +31,7 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags() {
   options.tp_size = absl::GetFlag(FLAGS_tensor_parallel_size);
   options.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
   options.ready_file = absl::GetFlag(FLAGS_ready_file);
+  options.router = absl::GetFlag(FLAGS_router);
   return options;
 }
 

@@ -12,6 +12,7 @@ ABSL_DECLARE_FLAG(int, port);
 ABSL_DECLARE_FLAG(int, tensor_parallel_size);
 ABSL_DECLARE_FLAG(std::string, ucx_tls);
 ABSL_DECLARE_FLAG(std::string, ready_file);
+ABSL_DECLARE_FLAG(std::string, router);
 ABSL_DECLARE_FLAG(int64_t, kv_cache_bytes);
 ABSL_DECLARE_FLAG(int, block_size);
 ABSL_DECLARE_FLAG(int, max_num_seqs);

@@ -13,6 +13,7 @@
 #include "core/common/status_macros.h"
 #include "core/model/model_loader.h"
 #include "kvtransfer/ucx_transport.h"
+#include "router/registration_client.h"
 #include "rpc/grpc_server.h"
 
 namespace estuary::rpc {
@@ -75,8 +76,27 @@ absl::StatusOr<std::unique_ptr<kvtransfer::Transport>> CreateTransport(
   return std::unique_ptr<kvtransfer::Transport>(std::move(transport));
 }
 
-absl::Status ServeUntilSignal(const WorkerProcessOptions& options, const std::string& role,
-                              const std::vector<grpc::Service*>& services) {
+estuary::v1::WorkerInfo MakeWorkerInfo(estuary::v1::WorkerRole role, const std::string& address,
+                                       const WorkerProcessOptions& options,
+                                       const LlamaConfig& config, int block_size,
+                                       const estuary::v1::KvFormatFingerprint& fingerprint) {
+  estuary::v1::WorkerInfo info;
+  info.set_role(role);
+  info.set_address(address);
+  info.set_model_id(options.model_id);
+  info.set_tp_size(options.tp_size);
+  info.set_block_size(block_size);
+  *info.mutable_fingerprint() = fingerprint;
+  info.set_context_length(config.max_seq_len);
+  info.set_vocab_size(config.vocab_size);
+  info.set_num_layers(config.n_layers);
+  return info;
+}
+
+absl::Status ServeUntilSignal(const WorkerProcessOptions& options, estuary::v1::WorkerInfo info,
+                              const std::vector<grpc::Service*>& services,
+                              const std::function<estuary::v1::WorkerLoad()>& load) {
+  const std::string role = info.role() == estuary::v1::WORKER_ROLE_PREFILL ? "prefill" : "decode";
   ESTUARY_ASSIGN_OR_RETURN(RunningServer running,
                            StartGrpcServer(options.host, options.port, services));
   if (!options.ready_file.empty()) {
@@ -92,7 +112,14 @@ absl::Status ServeUntilSignal(const WorkerProcessOptions& options, const std::st
     if (error) return absl::InternalError(absl::StrCat("cannot write ", options.ready_file));
   }
   ESTUARY_LOG(INFO) << role << " worker serving on " << running.address;
+  router::RegistrationClient registration;
+  if (!options.router.empty()) {
+    info.set_address(running.address);
+    info.set_worker_id(router::DefaultWorkerId(info.role(), running.address));
+    registration.Start(options.router, info, load);
+  }
   WaitForTerminationSignal();
+  registration.Stop();
   ESTUARY_LOG(INFO) << role << " worker shutting down";
   running.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return absl::OkStatus();

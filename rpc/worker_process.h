@@ -25,6 +25,7 @@ struct WorkerProcessOptions {
   int tp_size = 1;
   std::string ucx_tls;     // UCX transports; empty: UCX's default (and UCX_TLS)
   std::string ready_file;  // written with "host:port\n" once serving
+  std::string router;      // the router's host:port to register with; empty: none
 };
 
 // INVALID_ARGUMENT naming the flag.
@@ -47,9 +48,18 @@ int WorkerMain(int argc, char** argv, const char* program, const std::function<a
 // Current KV pool figures into a load report (thread-safe: KvPool::Stats()).
 void SetPoolLoad(const KvPool& pool, estuary::v1::WorkerLoad* load);
 
+// What a worker tells the router about itself (worker.proto WorkerInfo).
+estuary::v1::WorkerInfo MakeWorkerInfo(estuary::v1::WorkerRole role, const std::string& address,
+                                       const WorkerProcessOptions& options,
+                                       const LlamaConfig& config, int block_size,
+                                       const estuary::v1::KvFormatFingerprint& fingerprint);
+
 // Starts the gRPC server with `services` (plus health and reflection), writes the ready file,
-// blocks until SIGINT / SIGTERM, then shuts the server down (in-flight calls get a short grace).
-absl::Status ServeUntilSignal(const WorkerProcessOptions& options, const std::string& role,
-                              const std::vector<grpc::Service*>& services);
+// registers with the router when one is set (heartbeats carrying `load()`), blocks until
+// SIGINT / SIGTERM, then shuts the server down (in-flight calls get a short grace).
+// `info.address` and `info.worker_id` are filled in with the bound address.
+absl::Status ServeUntilSignal(const WorkerProcessOptions& options, estuary::v1::WorkerInfo info,
+                              const std::vector<grpc::Service*>& services,
+                              const std::function<estuary::v1::WorkerLoad()>& load);
 
 }  // namespace estuary::rpc

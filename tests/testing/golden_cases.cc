@@ -17,7 +17,8 @@ std::vector<GoldenCase> LoadGoldenCases(const std::string& model) {
   for (const auto& c : golden["cases"]) {
     cases.push_back({model, index++, c["prompt"].get<std::string>(),
                      c["prompt_ids"].get<std::vector<int32_t>>(),
-                     c["completion_ids"].get<std::vector<int32_t>>()});
+                     c["completion_ids"].get<std::vector<int32_t>>(),
+                     c.value("completion_text", std::string())});
   }
   return cases;
 }

@@ -16,6 +16,7 @@ struct GoldenCase {
   std::string prompt;
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> completion_ids;  // greedy, at most kGoldenMaxNewTokens
+  std::string completion_text;
 };
 
 inline constexpr int kGoldenMaxNewTokens = 200;
