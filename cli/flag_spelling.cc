@@ -7,7 +7,18 @@
 namespace estuary::cli {
 
 std::vector<std::string> DashesToUnderscores(int argc, char** argv) {
-  std::vector<std::string> args(argv, argv + argc);
+  std::vector<std::string> args;
+  for (int i = 0; i < argc; ++i) {
+    // --config FILE (or --config=FILE) is absl's --flagfile: one flag per line.
+    const std::string arg = argv[i];
+    if (arg == "--config" && i + 1 < argc) {
+      args.push_back(std::string("--flagfile=") + argv[++i]);
+    } else if (arg.rfind("--config=", 0) == 0) {
+      args.push_back("--flagfile=" + arg.substr(9));
+    } else {
+      args.push_back(arg);
+    }
+  }
   for (std::string& arg : args) {
     if (arg.rfind("--", 0) != 0) continue;
     const size_t name_end = std::min(arg.find('='), arg.size());

@@ -7,7 +7,8 @@
 
 namespace estuary::cli {
 
-// argv with the name part of each "--flag" or "--flag=value" argument rewritten to underscores.
+// argv with the name part of each "--flag" or "--flag=value" argument rewritten to underscores,
+// and `--config FILE` turned into absl's `--flagfile=FILE` (a file of --flag=value lines).
 std::vector<std::string> DashesToUnderscores(int argc, char** argv);
 
 // Parses `argv` (after the rewrite) with absl::ParseCommandLine; returns the positional arguments.

@@ -25,6 +25,9 @@ absl::StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::Create(
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   sharded->threads_per_rank_ =
       options.threads_per_rank > 0 ? options.threads_per_rank : std::max(1, cores / tp);
+  // The GEMM library's threads are divided among the ranks too (its sgemm runs on the decode
+  // path's large batches, on every rank at once).
+  if (tp > 1) kernels::cpu::SetCpuThreads(sharded->threads_per_rank_);
   sharded->collective_timeout_ = options.collective_timeout;
   if (tp == 1) {
     sharded->owned_shards_.push_back(std::move(model));

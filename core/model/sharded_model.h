@@ -40,7 +40,8 @@ namespace estuary {
 struct ShardedModelOptions {
   int tp_size = 1;
   // Threads each rank's batch-invariant GEMM may use; 0: the machine's cores / tp_size (at least
-  // one). The decode path's GEMV is single-threaded per rank either way.
+  // one). With tp_size > 1, OpenBLAS's thread count is set to the same share (process-wide).
+  // The decode path's GEMV is single-threaded per rank either way.
   int threads_per_rank = 0;
   // Longest wait of one all-reduce for the other ranks.
   absl::Duration collective_timeout = absl::Seconds(30);
