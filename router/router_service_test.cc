@@ -23,20 +23,13 @@
 #include "router/registration_client.h"
 #include "rpc/grpc_server.h"
 #include "tests/testing/golden_cases.h"
+#include "tests/testing/inprocess_workers.h"
 
 namespace estuary::router {
 namespace {
 
 using ::estuary::testing::GoldenCase;
 using ::estuary::testing::GoldenModelDir;
-
-std::unique_ptr<ShardedModel> Load() {
-  auto loaded = LoadModel(GoldenModelDir("stories260K"));
-  EXPECT_TRUE(loaded.ok()) << loaded.status();
-  auto model = ShardedModel::Create(std::move(loaded->model), ShardedModelOptions());
-  EXPECT_TRUE(model.ok()) << model.status();
-  return std::move(*model);
-}
 
 estuary::v1::WorkerInfo InfoOf(const LlamaConfig& config, estuary::v1::WorkerRole role,
                                const std::string& address,
@@ -58,27 +51,8 @@ estuary::v1::WorkerInfo InfoOf(const LlamaConfig& config, estuary::v1::WorkerRol
 // Both workers and the router, each worker registered through a RegistrationClient.
 class Cluster {
  public:
-  explicit Cluster(RouterOptions options, bool with_prefill = true) {
-    decode_model_ = Load();
-    prefill_model_ = Load();
-    decode_transport_ = kvtransfer::InProcessTransport::Create();
-    prefill_transport_ = kvtransfer::InProcessTransport::Create();
-    DecodeServiceOptions decode_options;
-    decode_options.model_id = "stories260K";
-    decode_options.engine.kv_cache_bytes = int64_t{8} << 20;
-    auto decode = DecodeService::Create(*decode_model_, *decode_transport_, decode_options);
-    EXPECT_TRUE(decode.ok()) << decode.status();
-    decode_ = std::move(*decode);
-    PrefillServiceOptions prefill_options;
-    prefill_options.model_id = "stories260K";
-    prefill_options.engine.kv_cache_bytes = int64_t{8} << 20;
-    auto prefill = PrefillService::Create(*prefill_model_, *prefill_transport_, prefill_options);
-    EXPECT_TRUE(prefill.ok()) << prefill.status();
-    prefill_ = std::move(*prefill);
-    auto workers = rpc::StartGrpcServer("127.0.0.1", 0, {decode_.get(), prefill_.get()});
-    EXPECT_TRUE(workers.ok()) << workers.status();
-    workers_ = std::move(*workers);
-
+  explicit Cluster(RouterOptions options, bool with_prefill = true)
+      : workers_(::estuary::testing::InProcessWorkersOptions{}) {
     options.model = GoldenModelDir("stories260K");
     options.port = 0;
     auto router = RouterService::Create(options);
@@ -90,23 +64,24 @@ class Cluster {
     stub_ = estuary::v1::Inference::NewStub(
         grpc::CreateChannel(router_server_.address, grpc::InsecureChannelCredentials()));
 
-    const LlamaConfig& config = decode_model_->config();
+    const LlamaConfig& config = workers_.config();
     decode_registration_.Start(
         router_server_.address,
-        InfoOf(config, estuary::v1::WORKER_ROLE_DECODE, workers_.address, decode_->fingerprint()),
+        InfoOf(config, estuary::v1::WORKER_ROLE_DECODE, workers_.address(),
+               workers_.decode().fingerprint()),
         [this] {
           estuary::v1::WorkerLoad load;
-          (void)decode_->GetLoad(nullptr, nullptr, &load);
+          (void)workers_.decode().GetLoad(nullptr, nullptr, &load);
           return load;
         });
     if (with_prefill) {
       prefill_registration_.Start(
           router_server_.address,
-          InfoOf(config, estuary::v1::WORKER_ROLE_PREFILL, workers_.address,
-                 prefill_->fingerprint()),
+          InfoOf(config, estuary::v1::WORKER_ROLE_PREFILL, workers_.address(),
+                 workers_.prefill().fingerprint()),
           [this] {
             estuary::v1::WorkerLoad load;
-            (void)prefill_->GetLoad(nullptr, nullptr, &load);
+            (void)workers_.prefill().GetLoad(nullptr, nullptr, &load);
             return load;
           });
     }
@@ -126,24 +101,16 @@ class Cluster {
     decode_registration_.Stop();
     prefill_registration_.Stop();
     router_server_.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-    workers_.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   }
 
   estuary::v1::Inference::Stub& stub() { return *stub_; }
   RouterService& router() { return *router_; }
-  DecodeService& decode() { return *decode_; }
-  const std::string& worker_address() const { return workers_.address; }
-  int DecodeFreePages() {
-    const KvPoolStats stats = decode_->engine().pool().Stats();
-    return stats.free_pages + stats.cached_pages;
-  }
+  DecodeService& decode() { return workers_.decode(); }
+  const std::string& worker_address() const { return workers_.address(); }
+  int DecodeFreePages() { return workers_.DecodeFreePages(); }
 
  private:
-  std::unique_ptr<ShardedModel> decode_model_, prefill_model_;
-  std::unique_ptr<kvtransfer::Transport> decode_transport_, prefill_transport_;
-  std::unique_ptr<DecodeService> decode_;
-  std::unique_ptr<PrefillService> prefill_;
-  rpc::RunningServer workers_;
+  ::estuary::testing::InProcessWorkers workers_;
   std::unique_ptr<RouterService> router_;
   rpc::RunningServer router_server_;
   std::unique_ptr<estuary::v1::Inference::Stub> stub_;

@@ -7,60 +7,32 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "core/model/model_loader.h"
-#include "decode/decode_service.h"
 #include "estuary/v1/worker.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/fault_transport.h"
 #include "kvtransfer/inprocess_transport.h"
-#include "prefill/prefill_service.h"
-#include "rpc/grpc_server.h"
 #include "tests/testing/golden_cases.h"
+#include "tests/testing/inprocess_workers.h"
 
 namespace estuary {
 namespace {
 
 using ::estuary::testing::GoldenCase;
 
-std::unique_ptr<ShardedModel> Load() {
-  auto loaded = LoadModel(::estuary::testing::GoldenModelDir("stories260K"));
-  EXPECT_TRUE(loaded.ok()) << loaded.status();
-  auto model = ShardedModel::Create(std::move(loaded->model), ShardedModelOptions());
-  EXPECT_TRUE(model.ok()) << model.status();
-  return std::move(*model);
-}
-
-// A decode worker and a prefill worker in this process, the prefill one pushing through faults.
+// Both workers in-process, the prefill one pushing through faults.
 class FaultyCluster {
  public:
-  FaultyCluster(const kvtransfer::FaultConfig& faults, absl::Duration lease) {
-    decode_model_ = Load();
-    prefill_model_ = Load();
-    decode_transport_ = kvtransfer::InProcessTransport::Create();
-    prefill_transport_ = std::make_unique<kvtransfer::FaultTransport>(
-        kvtransfer::InProcessTransport::Create(), faults);
-    DecodeServiceOptions decode_options;
-    decode_options.model_id = "stories260K";
-    decode_options.engine.kv_cache_bytes = int64_t{8} << 20;
-    decode_options.default_lease = lease;
-    auto decode = DecodeService::Create(*decode_model_, *decode_transport_, decode_options);
-    EXPECT_TRUE(decode.ok()) << decode.status();
-    decode_ = std::move(*decode);
-    PrefillServiceOptions prefill_options;
-    prefill_options.model_id = "stories260K";
-    prefill_options.engine.kv_cache_bytes = int64_t{8} << 20;
-    auto prefill = PrefillService::Create(*prefill_model_, *prefill_transport_, prefill_options);
-    EXPECT_TRUE(prefill.ok()) << prefill.status();
-    prefill_ = std::move(*prefill);
-    auto server = rpc::StartGrpcServer("127.0.0.1", 0, {decode_.get(), prefill_.get()});
-    EXPECT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    auto channel = grpc::CreateChannel(server_.address, grpc::InsecureChannelCredentials());
+  FaultyCluster(const kvtransfer::FaultConfig& faults, absl::Duration lease)
+      : workers_(::estuary::testing::InProcessWorkersOptions{
+            "stories260K",
+            std::make_unique<kvtransfer::FaultTransport>(kvtransfer::InProcessTransport::Create(),
+                                                         faults),
+            lease}) {
+    auto channel = grpc::CreateChannel(workers_.address(), grpc::InsecureChannelCredentials());
     decode_stub_ = estuary::v1::DecodeWorker::NewStub(channel);
     prefill_stub_ = estuary::v1::PrefillWorker::NewStub(channel);
   }
-  ~FaultyCluster() { server_.server->Shutdown(); }
 
   estuary::v1::TransferDescriptor Reserve(const estuary::v1::WorkerRequest& request) {
     estuary::v1::ReserveRequest reserve;
@@ -96,18 +68,10 @@ class FaultyCluster {
     EXPECT_TRUE(reader->Finish().ok());
     return {tokens, code};
   }
-  int DecodeFreePages() {
-    const KvPoolStats stats = decode_->engine().pool().Stats();
-    return stats.free_pages + stats.cached_pages;
-  }
+  int DecodeFreePages() { return workers_.DecodeFreePages(); }
 
  private:
-  std::unique_ptr<ShardedModel> decode_model_, prefill_model_;
-  std::unique_ptr<kvtransfer::Transport> decode_transport_;
-  std::unique_ptr<kvtransfer::FaultTransport> prefill_transport_;
-  std::unique_ptr<DecodeService> decode_;
-  std::unique_ptr<PrefillService> prefill_;
-  rpc::RunningServer server_;
+  ::estuary::testing::InProcessWorkers workers_;
   std::unique_ptr<estuary::v1::DecodeWorker::Stub> decode_stub_;
   std::unique_ptr<estuary::v1::PrefillWorker::Stub> prefill_stub_;
 };
