@@ -50,6 +50,11 @@ function(estuary_cc_test)
   if(NOT labels)
     set(labels unit)
   endif()
+  if("gpu" IN_LIST labels)
+    # Collected into the `gpu_tests` target (top-level CMakeLists.txt), which CI's CUDA build
+    # compiles.
+    set_property(GLOBAL APPEND PROPERTY ESTUARY_GPU_TESTS ${target})
+  endif()
   gtest_discover_tests(${target}
       WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
       DISCOVERY_TIMEOUT 60

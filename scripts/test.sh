@@ -13,10 +13,9 @@ if [ -n "$nvcc_path" ]; then
   echo "nvcc found at $nvcc_path: compiling the CUDA build in build-cuda/"
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DESTUARY_CUDA=ON \
     -DCMAKE_CUDA_COMPILER="$nvcc_path" -DESTUARY_BENCHMARKS=OFF >/dev/null
-  # ESTUARY_CUDA changes core/backend and core/parallel only: build those, their GPU tests and
-  # the model stack that links them, not the whole tree a second time.
-  cmake --build build-cuda --parallel "$(nproc)" \
-    --target estuary_model cuda_backend_test nccl_communicator_test
+  # ESTUARY_CUDA adds the CUDA backend, kernels and NCCL: build those (every gpu-labelled test
+  # binary) and the model stack, not the whole tree a second time.
+  cmake --build build-cuda --parallel "$(nproc)" --target estuary_model gpu_tests
   (cd build-cuda && ctest --output-on-failure --label-regex gpu --timeout 300)
 else
   echo "no nvcc: skipping the CUDA build"
