@@ -209,22 +209,12 @@ class UcxTransport::Worker {
   }
 
   void ProgressLoop() {
-    // After any progress the thread keeps polling for `spin_after_activity` before it sleeps on
-    // the event fd: a transfer is a burst of puts, flushes and a completion, and waking from
-    // the fd between them costs a scheduler round trip each time.
-    absl::Time last_activity = absl::InfinitePast();
     while (!stop_.load(std::memory_order_relaxed)) {
       if (options_.busy_poll) {
         if (ucp_worker_progress(worker_.get()) == 0) std::this_thread::yield();
         continue;
       }
-      bool progressed = false;
-      while (ucp_worker_progress(worker_.get()) != 0) progressed = true;
-      const absl::Time now = absl::Now();
-      if (progressed) last_activity = now;
-      if (now - last_activity < options_.spin_after_activity) {
-        std::this_thread::yield();
-        continue;
+      while (ucp_worker_progress(worker_.get()) != 0) {
       }
       const ucs_status_t s = ucp_worker_arm(worker_.get());
       if (s == UCS_ERR_BUSY) continue;  // events arrived meanwhile

@@ -38,9 +38,6 @@ struct UcxTransportOptions {
   std::string tls;  // UCX_TLS for this transport; empty: UCX default / environment
   // Progress thread spins (lowest latency, burns a core) instead of sleeping on the event fd.
   bool busy_poll = false;
-  // Without busy_poll: how long the progress thread keeps polling after it made progress,
-  // before it sleeps on the event fd again (see ProgressLoop). Zero: sleep at once.
-  absl::Duration spin_after_activity = absl::Milliseconds(2);
   // UCX keepalive: how soon a silent dead peer is noticed. Zero keeps UCX's default (20 s).
   absl::Duration keepalive_interval = absl::Milliseconds(500);
   // UCP_ERR_HANDLING_MODE_PEER on endpoints (a dead peer fails the endpoint instead of hanging).
