@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "core/kernels/cpu/kernels.h"
@@ -11,9 +13,13 @@ namespace estuary {
 using kernels::cpu::Dot;
 using kernels::cpu::Softmax;
 
-void PagedAttention(const float* q, int n_queries, int start_pos, const KvPool& pool,
-                    absl::Span<const int32_t> pages, int layer, int n_heads, float* out,
-                    int shard) {
+namespace {
+
+// Queries t = first, first + stride, ... of PagedAttention (every query's arithmetic is the same
+// whichever thread runs it, so the split changes no bit of the output).
+void AttendQueries(const float* q, int n_queries, int first, int stride, int start_pos,
+                   const KvPool& pool, absl::Span<const int32_t> pages, int layer, int n_heads,
+                   float* out, int shard) {
   const KvLayout& layout = pool.layout();
   const int n_kv_heads = layout.n_kv_heads;
   const int head_dim = layout.head_dim;
@@ -28,7 +34,7 @@ void PagedAttention(const float* q, int n_queries, int start_pos, const KvPool& 
   thread_local std::vector<float> scores;
   scores.resize(static_cast<size_t>(group) * static_cast<size_t>(max_pos));
 
-  for (int t = 0; t < n_queries; ++t) {
+  for (int t = first; t < n_queries; t += stride) {
     const int n_pos = start_pos + t + 1;  // positions [0, start_pos + t]
     const int n_pages = (n_pos + block - 1) / block;
     for (int kvh = 0; kvh * group < n_heads && kvh < n_kv_heads; ++kvh) {
@@ -71,6 +77,30 @@ void PagedAttention(const float* q, int n_queries, int start_pos, const KvPool& 
       }
     }
   }
+}
+
+}  // namespace
+
+void PagedAttention(const float* q, int n_queries, int start_pos, const KvPool& pool,
+                    absl::Span<const int32_t> pages, int layer, int n_heads, float* out,
+                    int shard, int threads) {
+  // Below this many (query, position) pairs a second thread costs more than it saves.
+  constexpr int64_t kMinPairsPerThread = 1 << 16;
+  const int64_t pairs = int64_t{n_queries} * (start_pos + n_queries);
+  const int workers = static_cast<int>(
+      std::clamp<int64_t>(pairs / kMinPairsPerThread, 1, std::min(threads, n_queries)));
+  if (workers <= 1) {
+    AttendQueries(q, n_queries, 0, 1, start_pos, pool, pages, layer, n_heads, out, shard);
+    return;
+  }
+  // Interleaved queries balance the causal triangle (later queries see more positions).
+  std::vector<std::thread> helpers;
+  for (int w = 1; w < workers; ++w) {
+    helpers.emplace_back(AttendQueries, q, n_queries, w, workers, start_pos, std::cref(pool),
+                         pages, layer, n_heads, out, shard);
+  }
+  AttendQueries(q, n_queries, 0, workers, start_pos, pool, pages, layer, n_heads, out, shard);
+  for (std::thread& t : helpers) t.join();
 }
 
 }  // namespace estuary

@@ -19,8 +19,10 @@ namespace estuary {
 // multiple of the pool's n_kv_heads; K/V are read from TP shard `shard` of the pool (whose
 // n_kv_heads are that rank's heads, and n_heads the rank's query heads). Pure function of its arguments; thread-safe (scratch is
 // thread-local) as long as nobody writes the positions read.
+// `threads` > 1 splits long prefill chunks' queries over that many threads (the output is the
+// same bits either way).
 void PagedAttention(const float* q, int n_queries, int start_pos, const KvPool& pool,
                     absl::Span<const int32_t> pages, int layer, int n_heads, float* out,
-                    int shard = 0);
+                    int shard = 0, int threads = 1);
 
 }  // namespace estuary

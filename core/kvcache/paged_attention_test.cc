@@ -124,5 +124,25 @@ TEST(PagedAttentionPrefixTest, SharedPagesReadTheSameAsOwnPages) {
   EXPECT_EQ(out_a, out_b);
 }
 
+// A long prefill chunk spread over threads gives the same bits as one thread.
+TEST(PagedAttentionThreadsTest, ThreadsDoNotChangeTheOutput) {
+  const KvLayout layout{.n_layers = 1, .n_kv_heads = 2, .head_dim = 16, .block_size = 16};
+  std::unique_ptr<KvPool> pool = KvPool::Create(layout, 40 * layout.page_bytes()).value();
+  constexpr int kTokens = 600;
+  const int64_t kv_stride = 2 * 16;
+  const std::vector<float> k = RandomVector(kTokens * kv_stride, 11);
+  const std::vector<float> v = RandomVector(kTokens * kv_stride, 12);
+  SequenceKv seq(pool.get());
+  ASSERT_TRUE(seq.Reserve(kTokens).ok());
+  for (int pos = 0; pos < kTokens; ++pos) {
+    seq.WriteKv(0, pos, k.data() + pos * kv_stride, v.data() + pos * kv_stride);
+  }
+  const std::vector<float> q = RandomVector(500 * 4 * 16, 13);
+  std::vector<float> one(q.size()), three(q.size());
+  PagedAttention(q.data(), 500, 100, *pool, seq.pages(), 0, 4, one.data(), 0, 1);
+  PagedAttention(q.data(), 500, 100, *pool, seq.pages(), 0, 4, three.data(), 0, 3);
+  EXPECT_EQ(one, three);
+}
+
 }  // namespace
 }  // namespace estuary

@@ -22,8 +22,9 @@ class ContiguousKvCache final : public KvView {
 
   int capacity() const override { return capacity_; }
   void Write(int layer, int pos, const float* k, const float* v) override;
-  void Attend(int layer, const float* q, int n_queries, int start_pos, int n_heads,
-              float* out) const override;
+  // Single-threaded (`estuary generate`'s path); `threads` is ignored.
+  void Attend(int layer, const float* q, int n_queries, int start_pos, int n_heads, float* out,
+              int threads) const override;
   void SetProvenance(int pos, uint8_t last_backbone_layer) override {
     provenance_[static_cast<size_t>(pos)] = last_backbone_layer;
   }

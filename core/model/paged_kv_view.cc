@@ -5,9 +5,9 @@
 namespace estuary {
 
 void PagedKvView::Attend(int layer, const float* q, int n_queries, int start_pos, int n_heads,
-                         float* out) const {
+                         float* out, int threads) const {
   PagedAttention(q, n_queries, start_pos, *sequence_->pool(), sequence_->pages(), layer, n_heads,
-                 out, shard_);
+                 out, shard_, threads);
 }
 
 }  // namespace estuary

@@ -18,8 +18,8 @@ class PagedKvView final : public KvView {
   void Write(int layer, int pos, const float* k, const float* v) override {
     sequence_->WriteKv(layer, pos, k, v, shard_);
   }
-  void Attend(int layer, const float* q, int n_queries, int start_pos, int n_heads,
-              float* out) const override;
+  void Attend(int layer, const float* q, int n_queries, int start_pos, int n_heads, float* out,
+              int threads) const override;
   void SetProvenance(int pos, uint8_t last_backbone_layer) override {
     if (shard_ == 0) sequence_->SetProvenance(pos, last_backbone_layer);
   }
