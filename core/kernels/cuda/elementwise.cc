@@ -98,7 +98,7 @@ absl::Status ResidualRmsNormSimilarity(float* residual, const float* delta, cons
                                        float eps, float* normed, float* similarity,
                                        cudaStream_t stream) {
   constexpr const char* kWhat = "ResidualRmsNormSimilarity";
-  WeightKind kind;
+  WeightKind kind = WeightKind::kF32;
   if (absl::Status s =
           CheckNorm(kWhat, residual, weight, weight_dtype, n_tokens, dim, eps, normed, &kind);
       !s.ok()) {
@@ -116,7 +116,7 @@ absl::Status ResidualRmsNormSimilarity(float* residual, const float* delta, cons
 absl::Status RmsNorm(const float* x, const void* weight, DType weight_dtype, int64_t n_tokens,
                      int64_t dim, float eps, float* out, cudaStream_t stream) {
   constexpr const char* kWhat = "RmsNorm";
-  WeightKind kind;
+  WeightKind kind = WeightKind::kF32;
   if (absl::Status s = CheckNorm(kWhat, x, weight, weight_dtype, n_tokens, dim, eps, out, &kind);
       !s.ok()) {
     return s;
@@ -171,7 +171,7 @@ absl::Status Embedding(const void* table, DType table_dtype, int64_t vocab, int6
                        const int32_t* ids, int64_t n_tokens, float* out, int32_t* error_flag,
                        cudaStream_t stream) {
   constexpr const char* kWhat = "Embedding";
-  WeightKind kind;
+  WeightKind kind = WeightKind::kF32;
   if (absl::Status s = ToWeightKind(table_dtype, kWhat, &kind); !s.ok()) return s;
   if (absl::Status s = CheckRows(kWhat, n_tokens, dim); !s.ok()) return s;
   if (vocab <= 0 || vocab > std::numeric_limits<int32_t>::max()) {

@@ -4,16 +4,16 @@
 
 #include <cstring>
 #include <string>
-#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "core/tensor/half_float.h"
 
 namespace estuary::cuda {
 namespace {
 
-absl::Status CudaError(cudaError_t err, std::string_view what) {
+absl::Status CudaError(cudaError_t err, absl::string_view what) {
   if (err == cudaSuccess) return absl::OkStatus();
   (void)cudaGetLastError();
   const std::string msg =

@@ -12,7 +12,7 @@
 namespace estuary::cuda {
 namespace {
 
-absl::Status CudaError(cudaError_t err, std::string_view what) {
+absl::Status CudaError(cudaError_t err, absl::string_view what) {
   if (err == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(
       absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
@@ -50,7 +50,7 @@ absl::Status Gemm(CublasHandle& handle, const uint16_t* w, int64_t out_features,
 
 }  // namespace
 
-absl::Status CublasStatusToStatus(int cublas_status, std::string_view what) {
+absl::Status CublasStatusToStatus(int cublas_status, absl::string_view what) {
   const auto st = static_cast<cublasStatus_t>(cublas_status);
   if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusName(st), " (",

@@ -21,10 +21,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 struct cublasContext;  // cublasHandle_t is cublasContext*
 
@@ -32,7 +32,7 @@ namespace estuary::cuda {
 
 // INTERNAL error "<what>: <CUBLAS_STATUS_...> (<description>)" for a cuBLAS status (an int so
 // that this header needs no cuBLAS include); OK for CUBLAS_STATUS_SUCCESS.
-absl::Status CublasStatusToStatus(int cublas_status, std::string_view what);
+absl::Status CublasStatusToStatus(int cublas_status, absl::string_view what);
 
 // An owned cuBLAS handle bound to one stream, plus the scratch the f32 → bf16 conversion needs.
 // Movable, not copyable; destroying it waits for its stream only when scratch must be freed.
