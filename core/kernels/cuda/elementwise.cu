@@ -294,15 +294,17 @@ __device__ uint64_t RowMaxKey(const float* row, int64_t vocab, uint64_t* scratch
   return BlockAllReduce<uint64_t>(best, MaxOp{}, 0ull, scratch);
 }
 
-__global__ void ArgmaxRowsKernel(const float* logits, int64_t vocab, int32_t* out_ids) {
+__global__ void __launch_bounds__(kSampleThreads)
+    ArgmaxRowsKernel(const float* logits, int64_t vocab, int32_t* out_ids) {
   __shared__ uint64_t scratch[kWarpSize];
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   const uint64_t best = RowMaxKey(row, vocab, scratch);
   if (threadIdx.x == 0) out_ids[blockIdx.x] = KeyIndex(best);
 }
 
-__global__ void SampleRowsKernel(const float* logits, int64_t vocab,
-                                 const DeviceSamplingRow* params, int32_t* out_ids) {
+__global__ void __launch_bounds__(kSampleThreads)
+    SampleRowsKernel(const float* logits, int64_t vocab, const DeviceSamplingRow* params,
+                     int32_t* out_ids) {
   __shared__ uint64_t scratch_key[kWarpSize];
   __shared__ uint32_t scratch_count[kWarpSize];
   __shared__ float scratch_mass[kWarpSize];

@@ -23,9 +23,12 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/kernels/cpu/kernels.h"
 #include "core/sampling/sampler.h"
 #include "core/tensor/half_float.h"
@@ -434,7 +437,7 @@ std::vector<int32_t> CpuKeptSet(const float* logits, int64_t vocab, float temper
   std::vector<double> probs(keep);
   double total = 0.0;
   for (size_t i = 0; i < keep; ++i) {
-    probs[i] = std::exp((logits[order[i]] - logits[order[0]]) / temperature);
+    probs[i] = std::exp((static_cast<double>(logits[order[i]]) - logits[order[0]]) / temperature);
     total += probs[i];
   }
   double cumulative = 0.0;
@@ -578,8 +581,8 @@ INSTANTIATE_TEST_SUITE_P(
         DistributionCase{1.0f, 2, 1.0f, {0.0, 0.0, 3.0 / 7, 4.0 / 7}},
         // top-p 0.6: 0.4 < 0.6 <= 0.4 + 0.3, so tokens 3 and 2 again.
         DistributionCase{1.0f, 3, 0.6f, {0.0, 0.0, 3.0 / 7, 4.0 / 7}},
-        // top-p 0.4: token 3 alone reaches it.
-        DistributionCase{1.0f, 0, 0.4f, {0.0, 0.0, 0.0, 1.0}}));
+        // top-p 0.35: token 3 alone (0.4) reaches it.
+        DistributionCase{1.0f, 0, 0.35f, {0.0, 0.0, 0.0, 1.0}}));
 
 // --- Page copies -----------------------------------------------------------------------------
 
@@ -685,8 +688,8 @@ TEST_P(PageCopyTest, OutOfRangePageIdsAreSkippedAndFlagged) {
 }
 
 std::string PageName(const ::testing::TestParamInfo<PageShape>& info) {
-  return "h" + std::to_string(info.param.n_kv_heads) + "_b" +
-         std::to_string(info.param.block_size) + "_d" + std::to_string(info.param.head_dim);
+  return absl::StrCat("h", info.param.n_kv_heads, "_b", info.param.block_size, "_d",
+                      info.param.head_dim);
 }
 
 // Tiny; odd sizes (no 16-byte vectors); Llama-3.2-1B (8 KV heads, 16 slots, head_dim 64).
