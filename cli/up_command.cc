@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -154,8 +153,10 @@ absl::Status RunUp(const UpOptions& options) {
     return fail(registered);
   }
   if (!options.ready_file.empty()) {
-    std::ofstream(options.ready_file + ".tmp") << router_address << "\n";
-    fs::rename(options.ready_file + ".tmp", options.ready_file, error);
+    if (absl::Status written = rpc::WriteReadyFile(options.ready_file, router_address);
+        !written.ok()) {
+      return fail(written);
+    }
   }
   std::printf("estuary up: router on %s (%d prefill x TP %d, %d decode x TP %d); logs in %s\n",
               router_address.c_str(), options.prefill, options.tp_prefill, options.decode,

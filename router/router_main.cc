@@ -8,8 +8,6 @@
 //                  [--worker-timeout 3s] [--ready-file F]
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -55,27 +53,13 @@ absl::StatusOr<RouterOptions> OptionsFromFlags() {
   return options;
 }
 
-// Written under a temporary name and renamed, so a reader never sees half a line.
-absl::Status WriteReadyFile(const std::string& path, const std::string& address) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary);
-    out << address << "\n";
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", temporary));
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
-}
-
 absl::Status Run() {
   ESTUARY_ASSIGN_OR_RETURN(RouterOptions options, OptionsFromFlags());
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<RouterService> router, RouterService::Create(options));
   ESTUARY_ASSIGN_OR_RETURN(rpc::RunningServer running,
                            rpc::StartGrpcServer(options.host, options.port, router->services()));
   if (!options.ready_file.empty()) {
-    ESTUARY_RETURN_IF_ERROR(WriteReadyFile(options.ready_file, running.address));
+    ESTUARY_RETURN_IF_ERROR(rpc::WriteReadyFile(options.ready_file, running.address));
   }
   ESTUARY_LOG(INFO) << "router serving " << router->model_id() << " on " << running.address
                     << " (policy " << PolicyName(options.policy) << ", local prefill up to "

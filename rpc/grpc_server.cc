@@ -2,6 +2,9 @@
 
 #include <signal.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -23,6 +26,19 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& host, int port,
   }
   running.address = absl::StrCat(host, ":", running.port);
   return running;
+}
+
+absl::Status WriteReadyFile(const std::string& path, const std::string& address) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << address << "\n";
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", temporary));
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
 }
 
 sigset_t TerminationSignals() {

@@ -25,6 +25,10 @@ struct RunningServer {
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& host, int port,
                                               const std::vector<grpc::Service*>& services);
 
+// Writes "<address>\n" to `path` under a temporary name and renames it, so that a launcher
+// polling for the file never reads half a line.
+absl::Status WriteReadyFile(const std::string& path, const std::string& address);
+
 // {SIGINT, SIGTERM}.
 sigset_t TerminationSignals();
 // Blocks until SIGINT or SIGTERM arrives (taken synchronously; call once per process).

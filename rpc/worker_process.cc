@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "cli/flag_spelling.h"
@@ -100,16 +99,7 @@ absl::Status ServeUntilSignal(const WorkerProcessOptions& options, estuary::v1::
   ESTUARY_ASSIGN_OR_RETURN(RunningServer running,
                            StartGrpcServer(options.host, options.port, services));
   if (!options.ready_file.empty()) {
-    // Written under a temporary name and renamed, so a reader never sees half a line.
-    const std::string temporary = options.ready_file + ".tmp";
-    {
-      std::ofstream out(temporary);
-      out << running.address << "\n";
-      if (!out) return absl::InternalError(absl::StrCat("cannot write ", temporary));
-    }
-    std::error_code error;
-    std::filesystem::rename(temporary, options.ready_file, error);
-    if (error) return absl::InternalError(absl::StrCat("cannot write ", options.ready_file));
+    ESTUARY_RETURN_IF_ERROR(WriteReadyFile(options.ready_file, running.address));
   }
   ESTUARY_LOG(INFO) << role << " worker serving on " << running.address;
   router::RegistrationClient registration;
