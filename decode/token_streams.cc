@@ -14,9 +14,26 @@ absl::Status TokenStreams::Open(const std::string& request_id) {
 }
 
 void TokenStreams::Push(const TokenEvent& event) {
+  const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
   auto it = queues_.find(event.request_id);
-  if (it != queues_.end()) it->second.push_back(event);
+  if (it != queues_.end()) {
+    it->second.events.push_back(event);
+    if (event.finished) it->second.finished_at = now;
+  }
+  if (event.finished) DropUnclaimed(now);
+}
+
+void TokenStreams::DropUnclaimed(absl::Time now) {
+  absl::erase_if(queues_, [&](const auto& entry) {
+    return entry.second.finished_at != absl::InfiniteFuture() &&
+           now - entry.second.finished_at > unclaimed_ttl_;
+  });
+}
+
+size_t TokenStreams::open_streams() const {
+  absl::MutexLock lock(&mu_);
+  return queues_.size();
 }
 
 absl::StatusOr<std::vector<TokenEvent>> TokenStreams::Next(const std::string& request_id,
@@ -26,7 +43,7 @@ absl::StatusOr<std::vector<TokenEvent>> TokenStreams::Next(const std::string& re
     const std::string* id;
     bool Ready() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
       auto it = self->queues_.find(*id);
-      return it == self->queues_.end() || !it->second.empty();
+      return it == self->queues_.end() || !it->second.events.empty();
     }
   };
   const Wait wait{this, &request_id};
@@ -36,8 +53,8 @@ absl::StatusOr<std::vector<TokenEvent>> TokenStreams::Next(const std::string& re
   if (it == queues_.end()) {
     return absl::NotFoundError(absl::StrCat("no token stream for request '", request_id, "'"));
   }
-  std::vector<TokenEvent> events(it->second.begin(), it->second.end());
-  it->second.clear();
+  std::vector<TokenEvent> events(it->second.events.begin(), it->second.events.end());
+  it->second.events.clear();
   return events;
 }
 

@@ -3,7 +3,10 @@
 // serves the request takes them (design §1 step 4). The engine thread pushes; each Decode RPC
 // handler waits on its own request. A stream is opened before its request can produce an event
 // (at Reserve or local submit) so that nothing is lost when the RPC attaches late, and closed by
-// the handler once it has sent the final event (or gave up). Thread-safe.
+// the handler once it has sent the final event (or gave up). A stream whose request ended but
+// that no handler ever closed (the client never attached, e.g. a reservation whose prefill
+// failed) is dropped `unclaimed_ttl` after its final event, so such streams cannot pile up.
+// Thread-safe.
 
 #include <deque>
 #include <string>
@@ -19,6 +22,9 @@ namespace estuary {
 
 class TokenStreams {
  public:
+  explicit TokenStreams(absl::Duration unclaimed_ttl = absl::Minutes(1))
+      : unclaimed_ttl_(unclaimed_ttl) {}
+
   // INVALID_ARGUMENT when `request_id` is already open.
   absl::Status Open(const std::string& request_id);
   // Queues an event of an open request; events of unknown requests are dropped.
@@ -28,10 +34,19 @@ class TokenStreams {
   absl::StatusOr<std::vector<TokenEvent>> Next(const std::string& request_id, absl::Time deadline);
   void Close(const std::string& request_id);
   bool IsOpen(const std::string& request_id) const;
+  size_t open_streams() const;
 
  private:
+  struct Stream {
+    std::deque<TokenEvent> events;
+    absl::Time finished_at = absl::InfiniteFuture();  // when its final event was pushed
+  };
+  // Drops streams finished more than unclaimed_ttl_ ago.
+  void DropUnclaimed(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const absl::Duration unclaimed_ttl_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::deque<TokenEvent>> queues_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Stream> queues_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace estuary
