@@ -18,6 +18,11 @@ if(NOT ESTUARY_FUZZ)
   find_package(ucx CONFIG REQUIRED)
   find_package(GTest CONFIG REQUIRED)
   find_package(benchmark CONFIG REQUIRED)
+  # cpp-httplib for the /metrics endpoint (rpc/metrics_http.h). Debian builds it as a shared
+  # library (libcpp-httplib.so, with OpenSSL/zlib/Brotli support): httplib.h declares only, and
+  # the CPPHTTPLIB_*_SUPPORT definitions from its .pc must match the library's class layouts.
+  find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
+  pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 endif()
 
 if(ESTUARY_CUDA)

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/common/logging.h"
+#include "core/common/metrics.h"
 #include "core/common/status_macros.h"
 #include "kvtransfer/fingerprint.h"
 #include "rpc/status_convert.h"
@@ -20,6 +21,37 @@ using rpc::ToGrpcStatus;
 // How long one wait of a Decode handler lasts before it looks at the client again.
 constexpr absl::Duration kStreamPoll = absl::Milliseconds(100);
 constexpr int kDefaultMaxTokens = 256;
+
+// The decode worker's Prometheus metrics (design §9).
+struct DecodeMetrics {
+  static DecodeMetrics& Get() {
+    static DecodeMetrics* const metrics = new DecodeMetrics();
+    return *metrics;
+  }
+  static std::vector<double> LayerBounds() {
+    std::vector<double> bounds;
+    for (int l = 1; l <= 32; ++l) bounds.push_back(l);
+    for (int l : {40, 48, 56, 64, 80, 96, 112, 128}) bounds.push_back(l);
+    return bounds;
+  }
+  void SetPool(const KvPool& pool, int reserved_requests) {
+    const KvPoolStats stats = pool.Stats();
+    kv_usage.Set(stats.num_pages > 0 ? static_cast<double>(stats.used_pages) / stats.num_pages : 0);
+    reserved.Set(reserved_requests);
+  }
+  common::MetricsRegistry& r = common::MetricsRegistry::Global();
+  common::Gauge& running = r.GetGauge("estuary:num_requests_running",
+                                      "Sequences in the decode batch.");
+  common::Gauge& reserved = r.GetGauge("estuary:num_requests_reserved",
+                                       "Reservations waiting for their KV from a prefill worker.");
+  common::Gauge& kv_usage = r.GetGauge("estuary:kv_cache_usage_perc",
+                                       "KV pool pages in use (1 = full).");
+  common::Histogram& layers = r.GetHistogram(
+      "estuary:backbone_layers_per_token", "Backbone layers each generated token ran.",
+      LayerBounds());
+  common::Gauge& exit_rate = r.GetGauge(
+      "estuary:exit_rate", "Share of generated tokens that left the backbone early.");
+};
 
 DecodeRequest FromProto(const estuary::v1::WorkerRequest& proto) {
   DecodeRequest request;
@@ -43,6 +75,7 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(
       options, kvtransfer::MakeFingerprint(options.model_id, c.n_layers, c.n_kv_heads,
                                            c.head_dim, options.engine.block_size)));
   DecodeService* self = service.get();
+  DecodeMetrics::Get();  // registered up front: /metrics shows them before the first request
   ESTUARY_ASSIGN_OR_RETURN(
       service->engine_,
       DecodeEngine::Create(model, options.engine,
@@ -79,6 +112,16 @@ void DecodeService::StepOnce() {
   load.set_running_sequences(engine_->running());
   load.set_exit_rate(engine_->exit_stats().exit_rate());
   load.set_mean_backbone_layers(engine_->exit_stats().mean_backbone_layers());
+  DecodeMetrics& metrics = DecodeMetrics::Get();
+  metrics.running.Set(load.running_sequences());
+  metrics.exit_rate.Set(load.exit_rate());
+  metrics.SetPool(engine_->pool(), engine_->reserved());
+  const std::vector<int64_t>& layers = engine_->exit_stats().histogram();
+  reported_layers_.resize(layers.size(), 0);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    metrics.layers.Observe(static_cast<double>(l), layers[l] - reported_layers_[l]);
+    reported_layers_[l] = layers[l];
+  }
   absl::MutexLock lock(&load_mu_);
   load_ = load;
 }
@@ -198,6 +241,7 @@ grpc::Status DecodeService::GetLoad(grpc::ServerContext* context,
   // The pool and reservation figures are thread-safe: current, not as of the latest step.
   rpc::SetPoolLoad(engine_->pool(), response);
   response->set_reserved_requests(engine_->reserved());
+  DecodeMetrics::Get().SetPool(engine_->pool(), response->reserved_requests());
   return grpc::Status::OK;
 }
 

@@ -67,6 +67,8 @@ class DecodeService final : public estuary::v1::DecodeWorker::Service {
   std::unique_ptr<DecodeEngine> engine_;
   mutable absl::Mutex load_mu_;
   estuary::v1::WorkerLoad load_ ABSL_GUARDED_BY(load_mu_);
+  // ExitStats histogram already fed to estuary:backbone_layers_per_token (loop's thread).
+  std::vector<int64_t> reported_layers_;
   std::unique_ptr<StepLoop> loop_;
   std::unique_ptr<kvtransfer::KvReceiver> receiver_;
 };

@@ -289,6 +289,7 @@ absl::Status KvPusher::PutPage(int src_rank, int layer, int32_t local_page, int3
         ESTUARY_RETURN_IF_ERROR(link.endpoint->Put(src + c.src_offset, static_cast<size_t>(c.bytes),
                                                    dst, dst_page + c.dst_offset, deadline_));
         puts_.fetch_add(1, std::memory_order_relaxed);
+        bytes_.fetch_add(c.bytes, std::memory_order_relaxed);
       }
       continue;
     }
@@ -306,6 +307,7 @@ absl::Status KvPusher::PutPage(int src_rank, int layer, int32_t local_page, int3
         ESTUARY_RETURN_IF_ERROR(link.endpoint->Put(src + src_off, static_cast<size_t>(bytes), dst,
                                                    dst_page + dst_off, deadline_));
         puts_.fetch_add(1, std::memory_order_relaxed);
+        bytes_.fetch_add(bytes, std::memory_order_relaxed);
       }
     }
   }

@@ -145,6 +145,8 @@ class KvPusher {
   int dst_tp() const { return dst_tp_; }
   // Puts posted so far (all ranks).
   int64_t puts() const { return puts_.load(); }
+  // Bytes those puts carried.
+  int64_t bytes() const { return bytes_.load(); }
 
  private:
   // One (src rank, dst rank) pair of the plan with its endpoint and the remote layer regions.
@@ -186,6 +188,7 @@ class KvPusher {
   bool completed_ ABSL_GUARDED_BY(mu_) = false;  // Complete succeeded
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;    // Abort ran
   std::atomic<int64_t> puts_{0};
+  std::atomic<int64_t> bytes_{0};
 };
 
 }  // namespace estuary::kvtransfer

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/common/logging.h"
+#include "core/common/metrics.h"
 #include "core/common/status_macros.h"
 #include "kvtransfer/fingerprint.h"
 #include "rpc/status_convert.h"
@@ -14,6 +15,25 @@
 
 namespace estuary {
 namespace {
+
+// The prefill worker's Prometheus metrics (design §9).
+struct PrefillMetrics {
+  static PrefillMetrics& Get() {
+    static PrefillMetrics* const metrics = new PrefillMetrics();
+    return *metrics;
+  }
+  common::MetricsRegistry& r = common::MetricsRegistry::Global();
+  common::Counter& transfer_bytes = r.GetCounter(
+      "estuary:kv_transfer_bytes_total", "KV bytes put to decode workers.");
+  common::Histogram& transfer_seconds = r.GetHistogram(
+      "estuary:kv_transfer_seconds",
+      "KV transfer time after the last layer was computed, to the completion sent.",
+      {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0});
+  common::Counter& transfer_failures = r.GetCounter(
+      "estuary:kv_transfer_failures_total", "KV transfers that failed (puts or completion).");
+  common::Counter& prompt_tokens = r.GetCounter(
+      "estuary:prompt_tokens_total", "Prompt tokens prefilled.");
+};
 // How often a waiting Prefill handler looks at its client.
 constexpr absl::Duration kClientPoll = absl::Milliseconds(50);
 }  // namespace
@@ -35,6 +55,7 @@ absl::StatusOr<std::unique_ptr<PrefillService>> PrefillService::Create(
       kvtransfer::MakeFingerprint(options.model_id, c.n_layers, c.n_kv_heads, c.head_dim,
                                   options.engine.block_size)));
   PrefillService* self = service.get();
+  PrefillMetrics::Get();  // registered up front: /metrics shows them before the first request
   PrefillSink sink;
   sink.on_layer_ready = [self](const LayerReady& event) { self->OnLayerReady(event); };
   sink.on_done = [self](PrefillDone& done) { self->OnDone(done); };
@@ -105,7 +126,10 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   absl::StatusOr<std::unique_ptr<kvtransfer::KvPusher>> pusher = kvtransfer::KvPusher::Create(
       transport_, endpoints_, engine_->pool(), request->transfer(), fingerprint_,
       in.prompt_ids_size(), deadline);
-  if (!pusher.ok()) return rpc::ToGrpcStatus(pusher.status());
+  if (!pusher.ok()) {
+    PrefillMetrics::Get().transfer_failures.Increment();
+    return rpc::ToGrpcStatus(pusher.status());
+  }
   pending->pusher = std::move(*pusher);
 
   PrefillRequest prefill;
@@ -145,13 +169,20 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   }
   PrefillDone& done = *pending->done;
   absl::Status status = done.status.ok() ? pending->push_error : done.status;
+  bool transfer_failed = done.status.ok() && !status.ok();
   const absl::Time computed = std::max(pending->last_layer, start);
   if (status.ok()) {
     status = pending->pusher->Complete(done.first_token, done.provenance, done.num_tokens);
+    transfer_failed = !status.ok();
   } else {
     (void)pending->pusher->Abort(status);
   }
   const absl::Time sent = absl::Now();
+  PrefillMetrics& metrics = PrefillMetrics::Get();
+  metrics.transfer_bytes.Increment(static_cast<double>(pending->pusher->bytes()));
+  if (done.status.ok()) metrics.prompt_tokens.Increment(done.num_tokens);
+  if (transfer_failed) metrics.transfer_failures.Increment();
+  if (status.ok()) metrics.transfer_seconds.Observe(absl::ToDoubleSeconds(sent - computed));
   response->set_first_token(done.first_token);
   response->set_num_tokens(done.num_tokens);
   response->set_prefill_seconds(absl::ToDoubleSeconds(computed - start));

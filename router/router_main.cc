@@ -5,7 +5,7 @@
 //
 //   estuary-router --model PATH [--host H] [--port P] [--policy least_loaded]
 //                  [--local-prefill-max-tokens N] [--max-queued-requests N]
-//                  [--worker-timeout 3s] [--ready-file F]
+//                  [--worker-timeout 3s] [--ready-file F] [--metrics-port P]
 
 #include <chrono>
 
@@ -17,6 +17,7 @@
 #include "router/router_options.h"
 #include "router/router_service.h"
 #include "rpc/grpc_server.h"
+#include "rpc/metrics_http.h"
 #include "rpc/worker_process.h"
 
 ABSL_FLAG(std::string, model, "", "model folder (llama2.c or Hugging Face): tokenizer and config");
@@ -34,6 +35,8 @@ ABSL_FLAG(int, max_queued_requests, 1024,
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(3),
           "a worker silent for this long is dropped (heartbeats come every 500ms)");
 ABSL_FLAG(std::string, ready_file, "", "written with host:port once the router serves");
+ABSL_FLAG(int, metrics_port, -1,
+          "Prometheus /metrics HTTP port on --host; -1 = off, 0 = any free port");
 
 namespace estuary::router {
 namespace {
@@ -49,6 +52,7 @@ absl::StatusOr<RouterOptions> OptionsFromFlags() {
   options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   options.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   options.ready_file = absl::GetFlag(FLAGS_ready_file);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   ESTUARY_RETURN_IF_ERROR(ValidateRouterOptions(options));
   return options;
 }
@@ -58,6 +62,11 @@ absl::Status Run() {
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<RouterService> router, RouterService::Create(options));
   ESTUARY_ASSIGN_OR_RETURN(rpc::RunningServer running,
                            rpc::StartGrpcServer(options.host, options.port, router->services()));
+  rpc::MetricsHttpServer metrics;
+  if (options.metrics_port >= 0) {
+    ESTUARY_RETURN_IF_ERROR(metrics.Start(options.host, options.metrics_port));
+    ESTUARY_LOG(INFO) << "router metrics on http://" << metrics.address() << "/metrics";
+  }
   if (!options.ready_file.empty()) {
     ESTUARY_RETURN_IF_ERROR(rpc::WriteReadyFile(options.ready_file, running.address));
   }

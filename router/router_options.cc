@@ -7,6 +7,10 @@ namespace estuary::router {
 absl::Status ValidateRouterOptions(const RouterOptions& options) {
   if (options.model.empty()) return absl::InvalidArgumentError("--model is required");
   if (options.host.empty()) return absl::InvalidArgumentError("--host is empty");
+  if (options.metrics_port < -1 || options.metrics_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-port = ", options.metrics_port, " outside [-1, 65535]"));
+  }
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--port = ", options.port, " outside [0, 65535]"));
   }

@@ -17,6 +17,7 @@ struct RouterOptions {
   std::string host = "127.0.0.1";
   int port = 50051;                  // 0 = any free port (see ready_file)
   std::string ready_file;            // written with "host:port\n" once serving
+  int metrics_port = -1;             // Prometheus /metrics HTTP port; -1 = off, 0 = any free port
 
   // Serving.
   Policy policy = Policy::kLeastLoaded;

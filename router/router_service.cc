@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/common/logging.h"
+#include "core/common/metrics.h"
 #include "core/common/status_macros.h"
 #include "core/model/model_loader.h"
 #include "router/stop_matcher.h"
@@ -30,6 +31,52 @@ constexpr absl::Duration kAbortTimeout = absl::Seconds(1);
 std::chrono::system_clock::time_point ChronoDeadline(absl::Time deadline) {
   return absl::ToChronoTime(deadline);
 }
+
+// The router's Prometheus metrics (design §9; names as vLLM's, `estuary:` prefix).
+struct RouterMetrics {
+  static RouterMetrics& Get() {
+    static RouterMetrics* const metrics = new RouterMetrics();
+    return *metrics;
+  }
+  // Admitted requests by how they ended: eos, stop_string, stop_token, length, cancelled, error.
+  common::Counter& Finished(const char* reason) {
+    return common::MetricsRegistry::Global().GetCounter(
+        "estuary:request_success_total", "Admitted requests that ended, by finish reason.",
+        {{"finished_reason", reason}});
+  }
+  common::Counter& Finished(std::optional<FinishReason> reason) {
+    if (!reason.has_value()) return error;
+    switch (*reason) {
+      case estuary::v1::FINISH_REASON_EOS: return eos;
+      case estuary::v1::FINISH_REASON_STOP_STRING: return stop_string;
+      case estuary::v1::FINISH_REASON_STOP_TOKEN: return stop_token;
+      case estuary::v1::FINISH_REASON_LENGTH: return length;
+      case estuary::v1::FINISH_REASON_CANCELLED: return cancelled;
+      default: return error;
+    }
+  }
+  common::Counter& eos = Finished("eos");
+  common::Counter& stop_string = Finished("stop_string");
+  common::Counter& stop_token = Finished("stop_token");
+  common::Counter& length = Finished("length");
+  common::Counter& cancelled = Finished("cancelled");
+  common::Counter& error = Finished("error");
+  common::Histogram& ttft = common::MetricsRegistry::Global().GetHistogram(
+      "estuary:time_to_first_token_seconds", "Time to first token (from arrival at the router).",
+      {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+       20.0, 40.0, 80.0});
+  common::Histogram& tpot = common::MetricsRegistry::Global().GetHistogram(
+      "estuary:time_per_output_token_seconds", "Time between output tokens (after the first).",
+      {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0});
+  common::Histogram& e2e = common::MetricsRegistry::Global().GetHistogram(
+      "estuary:e2e_request_latency_seconds", "End-to-end latency of admitted requests.",
+      {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0});
+  common::Histogram& queue = common::MetricsRegistry::Global().GetHistogram(
+      "estuary:request_queue_time_seconds", "Arrival to dispatch to the workers.",
+      {0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0});
+  common::Gauge& waiting = common::MetricsRegistry::Global().GetGauge(
+      "estuary:num_requests_waiting", "Admitted requests not yet streaming (--max-queued-requests).");
+};
 
 }  // namespace
 
@@ -70,6 +117,7 @@ struct RouterService::Attempt {
   estuary::v1::Timings timings;
   bool first_token_seen = false;
   absl::Time first_token_at;
+  absl::Time last_token_at;  // for estuary:time_per_output_token_seconds
   std::function<void()> on_first_token;  // leaves the admission queue
   std::optional<FinishReason> finish;  // set when the request ended normally
 };
@@ -155,6 +203,7 @@ RouterService::RouterService(const RouterOptions& options, std::unique_ptr<Token
                                 options.policy}) {
   std::random_device random;
   id_prefix_ = (static_cast<uint64_t>(random()) << 32) ^ random();
+  RouterMetrics::Get();  // registered up front: /metrics shows them before the first request
   watchdog_ = std::thread([this] { Watch(); });
 }
 
@@ -250,6 +299,7 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
                                      grpc::ServerWriter<estuary::v1::GenerateResponse>* writer) {
   Attempt attempt;
   attempt.arrival = absl::Now();
+  RouterMetrics& metrics = RouterMetrics::Get();
   if (!request.model().empty() && request.model() != model_id_) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("model '", request.model(), "' is not served here; this "
@@ -268,8 +318,12 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
                                      "(--max-queued-requests); try again later"));
   }
   bool counted_queued = true;
+  metrics.waiting.Add(1);
   auto leave_queue = [&] {
-    if (counted_queued) queued_.fetch_sub(1);
+    if (counted_queued) {
+      queued_.fetch_sub(1);
+      metrics.waiting.Add(-1);
+    }
     counted_queued = false;
   };
 
@@ -330,6 +384,16 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   {
     absl::MutexLock lock(&active_mu_);
     active_.erase(id);
+  }
+  if (client_gone || (cancelled && !attempt.finish.has_value())) {
+    metrics.cancelled.Increment();
+  } else {
+    metrics.Finished(attempt.finish).Increment();
+  }
+  metrics.e2e.Observe(absl::ToDoubleSeconds(absl::Now() - attempt.arrival));
+  if (attempt.timings.queue_seconds() > 0) metrics.queue.Observe(attempt.timings.queue_seconds());
+  if (attempt.first_token_seen) {
+    metrics.ttft.Observe(attempt.timings.time_to_first_token_seconds());
   }
   if (client_gone) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the request");
@@ -467,9 +531,18 @@ absl::Status RouterService::RunAttempt(Active& active, Attempt& attempt, Relay& 
     estuary::v1::Chunk* chunk = out.mutable_chunk();
     // Text held back at the end is released for a normal end only.
     stopped = relay.Add(response, final && end->ok(), chunk);
+    if (chunk->token_ids_size() > 0 && attempt.first_token_seen) {
+      const absl::Time now = absl::Now();
+      const double gap = absl::ToDoubleSeconds(now - attempt.last_token_at);
+      for (int i = 0; i < chunk->token_ids_size(); ++i) {
+        RouterMetrics::Get().tpot.Observe(gap / chunk->token_ids_size());
+      }
+      attempt.last_token_at = now;
+    }
     if (chunk->token_ids_size() > 0 && !attempt.first_token_seen) {
       attempt.first_token_seen = true;
       attempt.first_token_at = absl::Now();
+      attempt.last_token_at = attempt.first_token_at;
       attempt.timings.set_time_to_first_token_seconds(
           absl::ToDoubleSeconds(attempt.first_token_at - attempt.arrival));
       if (local) {

@@ -86,10 +86,13 @@ class Cluster {
           });
     }
     const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    // Both sides must agree: the registry lists the workers and each client saw its answer.
     while (absl::Now() < give_up &&
            (router_->registry().Live(estuary::v1::WORKER_ROLE_DECODE, absl::Now()).empty() ||
+            !decode_registration_.registered() ||
             (with_prefill &&
-             router_->registry().Live(estuary::v1::WORKER_ROLE_PREFILL, absl::Now()).empty()))) {
+             (router_->registry().Live(estuary::v1::WORKER_ROLE_PREFILL, absl::Now()).empty() ||
+              !prefill_registration_.registered())))) {
       absl::SleepFor(absl::Milliseconds(20));
     }
     EXPECT_TRUE(decode_registration_.registered());

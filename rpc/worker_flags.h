@@ -17,6 +17,7 @@ ABSL_DECLARE_FLAG(int64_t, kv_cache_bytes);
 ABSL_DECLARE_FLAG(int, block_size);
 ABSL_DECLARE_FLAG(int, max_num_seqs);
 ABSL_DECLARE_FLAG(int, max_num_batched_tokens);
+ABSL_DECLARE_FLAG(int, metrics_port);
 
 namespace estuary::rpc {
 

@@ -14,6 +14,7 @@
 #include "kvtransfer/ucx_transport.h"
 #include "router/registration_client.h"
 #include "rpc/grpc_server.h"
+#include "rpc/metrics_http.h"
 
 namespace estuary::rpc {
 
@@ -21,6 +22,10 @@ absl::Status ValidateWorkerProcessOptions(const WorkerProcessOptions& options) {
   if (options.model.empty()) return absl::InvalidArgumentError("--model is required");
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--port = ", options.port, " outside [0, 65535]"));
+  }
+  if (options.metrics_port < -1 || options.metrics_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-port = ", options.metrics_port, " outside [-1, 65535]"));
   }
   if (options.tp_size < 1 || options.tp_size > 64) {
     return absl::InvalidArgumentError(
@@ -98,6 +103,11 @@ absl::Status ServeUntilSignal(const WorkerProcessOptions& options, estuary::v1::
   const std::string role = info.role() == estuary::v1::WORKER_ROLE_PREFILL ? "prefill" : "decode";
   ESTUARY_ASSIGN_OR_RETURN(RunningServer running,
                            StartGrpcServer(options.host, options.port, services));
+  MetricsHttpServer metrics;
+  if (options.metrics_port >= 0) {
+    ESTUARY_RETURN_IF_ERROR(metrics.Start(options.host, options.metrics_port));
+    ESTUARY_LOG(INFO) << role << " worker metrics on http://" << metrics.address() << "/metrics";
+  }
   if (!options.ready_file.empty()) {
     ESTUARY_RETURN_IF_ERROR(WriteReadyFile(options.ready_file, running.address));
   }

@@ -26,6 +26,7 @@ struct WorkerProcessOptions {
   std::string ucx_tls;     // UCX transports; empty: UCX's default (and UCX_TLS)
   std::string ready_file;  // written with "host:port\n" once serving
   std::string router;      // the router's host:port to register with; empty: none
+  int metrics_port = -1;   // Prometheus /metrics HTTP port; -1: off, 0: any free port
 };
 
 // INVALID_ARGUMENT naming the flag.
@@ -55,6 +56,7 @@ estuary::v1::WorkerInfo MakeWorkerInfo(estuary::v1::WorkerRole role, const std::
                                        const estuary::v1::KvFormatFingerprint& fingerprint);
 
 // Starts the gRPC server with `services` (plus health and reflection), writes the ready file,
+// serves /metrics over HTTP when options.metrics_port >= 0 (rpc/metrics_http.h),
 // registers with the router when one is set (heartbeats carrying `load()`), blocks until
 // SIGINT / SIGTERM, then shuts the server down (in-flight calls get a short grace).
 // `info.address` and `info.worker_id` are filled in with the bound address.

@@ -1,0 +1,48 @@
+#pragma once
+// MetricsHttpServer: a tiny HTTP server on its own thread for Prometheus scraping (design §9):
+//
+//   GET /metrics  the registry in the text exposition format (text/plain; version=0.0.4)
+//   GET /health   "ok"
+//
+// RAII: the destructor stops the server and joins its thread.
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "core/common/metrics.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace estuary::rpc {
+
+class MetricsHttpServer {
+ public:
+  // Serves `registry` (must outlive the server); default: the process-wide one.
+  explicit MetricsHttpServer(
+      common::MetricsRegistry* registry = &common::MetricsRegistry::Global());
+  ~MetricsHttpServer();
+  MetricsHttpServer(const MetricsHttpServer&) = delete;
+  MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
+
+  // Binds host:port (0: any free port) and starts serving; returns once it accepts
+  // connections. UNAVAILABLE when the port cannot be bound; FAILED_PRECONDITION when started.
+  absl::Status Start(const std::string& host, int port);
+  // Stops serving (idempotent; the destructor calls it).
+  void Stop();
+
+  int port() const { return port_; }             // the bound port, after Start
+  const std::string& address() const { return address_; }  // host:port
+
+ private:
+  common::MetricsRegistry* registry_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+  std::string address_;
+};
+
+}  // namespace estuary::rpc
