@@ -3,24 +3,18 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <tuple>
 #include <vector>
 
 #include "core/kernels/cpu/kernels.h"
 #include "core/kvcache/sequence_kv.h"
 #include "gtest/gtest.h"
+#include "tests/testing/random_data.h"
 
 namespace estuary {
 namespace {
 
-std::vector<float> RandomVector(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using ::estuary::testing::RandomVector;
 
 // (n_heads, n_kv_heads, head_dim, start_pos, n_queries)
 class PagedAttentionTest : public ::testing::TestWithParam<std::tuple<int, int, int, int, int>> {};

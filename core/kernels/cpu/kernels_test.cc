@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <numbers>
 #include <ostream>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -22,6 +21,7 @@
 #include "core/tensor/half_float.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
+#include "tests/testing/random_data.h"
 
 namespace estuary {
 // Readable parameter values in test names and failure messages.
@@ -34,36 +34,8 @@ void PrintTo(RopeStyle style, std::ostream* os) {
 namespace estuary::kernels::cpu {
 namespace {
 
-std::vector<float> RandomVector(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> out(static_cast<size_t>(n));
-  for (float& v : out) v = dist(rng);
-  return out;
-}
-
-// A host tensor of `dtype` holding `values` rounded to that type.
-Tensor MakeTensor(DType dtype, Shape shape, const std::vector<float>& values) {
-  auto made = Tensor::Zeros(dtype, std::move(shape));
-  EXPECT_TRUE(made.ok()) << made.status();
-  Tensor t = *std::move(made);
-  for (size_t i = 0; i < values.size(); ++i) {
-    switch (dtype) {
-      case DType::kF32:
-        t.mutable_data<float>()[i] = values[i];
-        break;
-      case DType::kBF16:
-        t.mutable_data<uint16_t>()[i] = F32ToBf16(values[i]);
-        break;
-      case DType::kF16:
-        t.mutable_data<uint16_t>()[i] = F32ToF16(values[i]);
-        break;
-      case DType::kInt4:
-        break;
-    }
-  }
-  return t;
-}
+using ::estuary::testing::MakeTensor;
+using ::estuary::testing::RandomVector;
 
 // ---------------------------------------------------------------------------------------------
 // MatMul / GEMV

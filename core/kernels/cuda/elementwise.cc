@@ -265,62 +265,62 @@ absl::Status CheckHeadRange(const char* what, const PageShape& shape, int first_
   }
   return absl::OkStatus();
 }
+
+// Gather (pool -> staging) and scatter (staging -> pool) are one copy seen from either end: the
+// pool side addresses page ids with all of the shape's heads, from `first_head`; the staging side
+// addresses entry e with only the `n_heads` moved heads, from 0.
+absl::Status StagedCopy(const char* what, const float* src, float* dst, bool gather,
+                        int64_t num_pages, const PageShape& shape, const int32_t* pages,
+                        int64_t n, int first_head, int n_heads, int32_t* error_flag,
+                        cudaStream_t stream) {
+  if (absl::Status s = CheckPageShape(what, shape, num_pages); !s.ok()) return s;
+  if (absl::Status s = CheckHeadRange(what, shape, first_head, n_heads); !s.ok()) return s;
+  if (n < 0 || n > kMaxRows) return Invalid(what, "entry count ", n);
+  if (n > 0 && (src == nullptr || dst == nullptr || pages == nullptr)) {
+    return Invalid(what, "null pointer");
+  }
+  struct Side {
+    const int32_t* pages;
+    int64_t num_pages;
+    int kv_heads;
+    int first_head;
+  };
+  const Side pool{pages, num_pages, shape.n_kv_heads, first_head};
+  const Side staging{nullptr, n, n_heads, 0};  // entry e is staging slot e
+  const Side& from = gather ? pool : staging;
+  const Side& to = gather ? staging : pool;
+  internal::PageCopyArgs args;
+  args.src = src;
+  args.src_pages = from.pages;
+  args.src_num_pages = from.num_pages;
+  args.src_kv_heads = from.kv_heads;
+  args.src_first_head = from.first_head;
+  args.dst = dst;
+  args.dst_pages = to.pages;
+  args.dst_num_pages = to.num_pages;
+  args.dst_kv_heads = to.kv_heads;
+  args.dst_first_head = to.first_head;
+  args.n_heads = n_heads;
+  args.head_floats = shape.head_floats();
+  args.n_entries = n;
+  args.error_flag = error_flag;
+  return CudaStatus(internal::LaunchPageCopy(args, stream), what);
+}
+
 }  // namespace
 
 absl::Status GatherPages(const float* region, int64_t num_pages, const PageShape& shape,
                          const int32_t* pages, int64_t n, int first_head, int n_heads,
                          float* staging, int32_t* error_flag, cudaStream_t stream) {
-  constexpr const char* kWhat = "GatherPages";
-  if (absl::Status s = CheckPageShape(kWhat, shape, num_pages); !s.ok()) return s;
-  if (absl::Status s = CheckHeadRange(kWhat, shape, first_head, n_heads); !s.ok()) return s;
-  if (n < 0 || n > kMaxRows) return Invalid(kWhat, "entry count ", n);
-  if (n > 0 && (region == nullptr || pages == nullptr || staging == nullptr)) {
-    return Invalid(kWhat, "null pointer");
-  }
-  internal::PageCopyArgs args;
-  args.src = region;
-  args.src_pages = pages;
-  args.src_num_pages = num_pages;
-  args.src_kv_heads = shape.n_kv_heads;
-  args.src_first_head = first_head;
-  args.dst = staging;
-  args.dst_pages = nullptr;  // entry e is staging slot e
-  args.dst_num_pages = n;
-  args.dst_kv_heads = n_heads;
-  args.dst_first_head = 0;
-  args.n_heads = n_heads;
-  args.head_floats = shape.head_floats();
-  args.n_entries = n;
-  args.error_flag = error_flag;
-  return CudaStatus(internal::LaunchPageCopy(args, stream), kWhat);
+  return StagedCopy("GatherPages", region, staging, /*gather=*/true, num_pages, shape, pages, n,
+                    first_head, n_heads, error_flag, stream);
 }
 
 absl::Status ScatterPages(const float* staging, int64_t n, float* region, int64_t num_pages,
                           const PageShape& shape, const int32_t* pages, int first_head,
                           int n_heads, int32_t* error_flag, cudaStream_t stream) {
-  constexpr const char* kWhat = "ScatterPages";
-  if (absl::Status s = CheckPageShape(kWhat, shape, num_pages); !s.ok()) return s;
-  if (absl::Status s = CheckHeadRange(kWhat, shape, first_head, n_heads); !s.ok()) return s;
-  if (n < 0 || n > kMaxRows) return Invalid(kWhat, "entry count ", n);
-  if (n > 0 && (region == nullptr || pages == nullptr || staging == nullptr)) {
-    return Invalid(kWhat, "null pointer");
-  }
-  internal::PageCopyArgs args;
-  args.src = staging;
-  args.src_pages = nullptr;
-  args.src_num_pages = n;
-  args.src_kv_heads = n_heads;
-  args.src_first_head = 0;
-  args.dst = region;
-  args.dst_pages = pages;
-  args.dst_num_pages = num_pages;
-  args.dst_kv_heads = shape.n_kv_heads;
-  args.dst_first_head = first_head;
-  args.n_heads = n_heads;
-  args.head_floats = shape.head_floats();
-  args.n_entries = n;
-  args.error_flag = error_flag;
-  return CudaStatus(internal::LaunchPageCopy(args, stream), kWhat);
+  return StagedCopy("ScatterPages", staging, region, /*gather=*/false, num_pages, shape, pages,
+                    n, first_head, n_heads, error_flag, stream);
 }
 
 }  // namespace estuary::cuda

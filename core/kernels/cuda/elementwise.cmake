@@ -13,5 +13,5 @@ estuary_apply_flags(estuary_kernels_cuda_elementwise)
 # Compared against the CPU kernels and sampler; skips without a device.
 estuary_cc_test(NAME cuda_elementwise_test SRCS elementwise_test.cc
   DEPS estuary::kernels_cuda_elementwise estuary::kernels_cpu estuary::sampling estuary::tensor
-       estuary::model_config
+       estuary::model_config estuary::testing_data
   LABELS gpu)

@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
-#include <random>
 #include <set>
 #include <string>
 #include <utility>
@@ -34,6 +33,7 @@
 #include "core/tensor/half_float.h"
 #include "core/tensor/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/testing/random_data.h"
 
 namespace estuary::cuda {
 namespace {
@@ -75,26 +75,8 @@ class DeviceBuffer {
   size_t n_ = 0;
 };
 
-std::vector<float> RandomVector(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> out(static_cast<size_t>(n));
-  for (float& v : out) v = dist(rng);
-  return out;
-}
-
-// A host tensor of `dtype` holding `values` rounded to that type.
-Tensor MakeTensor(DType dtype, Shape shape, const std::vector<float>& values) {
-  auto made = Tensor::Zeros(dtype, std::move(shape));
-  EXPECT_TRUE(made.ok()) << made.status();
-  Tensor t = *std::move(made);
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::kF32) t.mutable_data<float>()[i] = values[i];
-    if (dtype == DType::kBF16) t.mutable_data<uint16_t>()[i] = F32ToBf16(values[i]);
-    if (dtype == DType::kF16) t.mutable_data<uint16_t>()[i] = F32ToF16(values[i]);
-  }
-  return t;
-}
+using ::estuary::testing::MakeTensor;
+using ::estuary::testing::RandomVector;
 
 // The raw bytes of a host tensor, on the device.
 std::vector<uint8_t> Bytes(const Tensor& t) {
