@@ -45,16 +45,10 @@ struct Member {
 };
 
 absl::StatusOr<Member> Launch(const std::string& name, const std::string& binary,
-                              std::vector<std::string> flags, const fs::path& log_dir) {
-  const std::string ready = (log_dir / (name + ".ready")).string();
-  std::vector<std::string> argv = {binary, "--ready-file", ready};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  Member member{name, nullptr, ""};
-  ESTUARY_ASSIGN_OR_RETURN(member.process,
-                           ChildProcess::Start(argv, (log_dir / (name + ".log")).string()));
-  ESTUARY_ASSIGN_OR_RETURN(member.address,
-                           WaitForReadyFile(ready, *member.process, kStartTimeout));
-  return member;
+                              const std::vector<std::string>& flags, const fs::path& log_dir) {
+  ESTUARY_ASSIGN_OR_RETURN(ServingProcess serving,
+                           StartServing(binary, flags, (log_dir / name).string(), kStartTimeout));
+  return Member{name, std::move(serving.process), serving.address};
 }
 
 // Waits until the router reports at least one prefill and one decode TP size (its registry has

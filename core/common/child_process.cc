@@ -92,4 +92,21 @@ absl::StatusOr<std::string> WaitForReadyFile(const std::string& path, ChildProce
   return absl::DeadlineExceededError(absl::StrCat("no ready file ", path, ":\n", child.Log()));
 }
 
+absl::StatusOr<ServingProcess> StartServing(const std::string& binary,
+                                            const std::vector<std::string>& flags,
+                                            const std::string& prefix, absl::Duration timeout) {
+  const std::string ready = prefix + ".ready";
+  ::unlink(ready.c_str());
+  std::vector<std::string> argv = {binary, "--ready-file", ready};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  ServingProcess serving;
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Start(argv, prefix + ".log");
+  if (!process.ok()) return process.status();
+  serving.process = std::move(*process);
+  absl::StatusOr<std::string> address = WaitForReadyFile(ready, *serving.process, timeout);
+  if (!address.ok()) return address.status();
+  serving.address = *address;
+  return serving;
+}
+
 }  // namespace estuary

@@ -44,4 +44,15 @@ class ChildProcess {
 absl::StatusOr<std::string> WaitForReadyFile(const std::string& path, ChildProcess& child,
                                              absl::Duration timeout);
 
+// A server that says where it listens through `--ready-file` (the Estuary binaries do).
+struct ServingProcess {
+  std::unique_ptr<ChildProcess> process;
+  std::string address;  // the ready file's line
+};
+// Starts `binary --ready-file <prefix>.ready <flags...>` with its output in `<prefix>.log` (a
+// stale ready file is removed first) and waits until it is ready (WaitForReadyFile).
+absl::StatusOr<ServingProcess> StartServing(const std::string& binary,
+                                            const std::vector<std::string>& flags,
+                                            const std::string& prefix, absl::Duration timeout);
+
 }  // namespace estuary

@@ -45,18 +45,12 @@ template <typename Service>
 Worker<Service> StartWorker(const std::string& binary, const std::string& name,
                             std::vector<std::string> flags) {
   Worker<Service> worker;
-  const std::string ready = TempPath(name + ".ready");
-  fs::remove(ready);
-  std::vector<std::string> argv = {BinaryPath(binary), "--ready-file", ready, "--ucx-tls", "tcp"};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  auto process = ChildProcess::Start(argv, TempPath(name + ".log"));
-  EXPECT_TRUE(process.ok()) << process.status();
-  if (!process.ok()) return worker;
-  worker.process = std::move(*process);
-  auto address = WaitForReadyFile(ready, *worker.process, absl::Seconds(60));
-  EXPECT_TRUE(address.ok()) << address.status();
-  if (!address.ok()) return worker;
-  worker.address = *address;
+  flags.insert(flags.begin(), {"--ucx-tls", "tcp"});
+  auto started = StartServing(BinaryPath(binary), flags, TempPath(name), absl::Seconds(60));
+  EXPECT_TRUE(started.ok()) << started.status();
+  if (!started.ok()) return worker;
+  worker.process = std::move(started->process);
+  worker.address = started->address;
   worker.stub = Service::NewStub(
       grpc::CreateChannel(worker.address, grpc::InsecureChannelCredentials()));
   return worker;

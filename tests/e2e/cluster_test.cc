@@ -34,25 +34,13 @@ std::string TempPath(const std::string& name) {
   return (fs::temp_directory_path() / absl::StrCat("estuary-e2e-", ::getpid(), "-", name)).string();
 }
 
-struct Process {
-  std::unique_ptr<ChildProcess> child;
-  std::string address;
-};
+using Process = ServingProcess;
 
 Process Start(const std::string& binary, const std::string& name, std::vector<std::string> flags) {
-  const std::string ready = TempPath(name + ".ready");
-  fs::remove(ready);
-  std::vector<std::string> argv = {BinaryPath(binary), "--ready-file", ready, "--port", "0"};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  Process p;
-  auto child = ChildProcess::Start(argv, TempPath(name + ".log"));
-  EXPECT_TRUE(child.ok()) << child.status();
-  if (!child.ok()) return p;
-  p.child = std::move(*child);
-  auto address = WaitForReadyFile(ready, *p.child, absl::Seconds(60));
-  EXPECT_TRUE(address.ok()) << address.status();
-  if (address.ok()) p.address = *address;
-  return p;
+  flags.insert(flags.begin(), {"--port", "0"});
+  auto started = StartServing(BinaryPath(binary), flags, TempPath(name), absl::Seconds(60));
+  EXPECT_TRUE(started.ok()) << started.status();
+  return started.ok() ? std::move(*started) : Process();
 }
 
 // The golden runs generated 200 tokens or up to the context (256 for stories12L); the router,
@@ -109,8 +97,8 @@ class Cluster {
   Process& decode(int i) { return workers_[static_cast<size_t>(i)]; }
   Process& prefill(int i) { return workers_[static_cast<size_t>(spec_.decode + i)]; }
   std::string Logs() {
-    std::string all = "router:\n" + router_.child->Log();
-    for (Process& w : workers_) all += "\nworker " + w.address + ":\n" + w.child->Log();
+    std::string all = "router:\n" + router_.process->Log();
+    for (Process& w : workers_) all += "\nworker " + w.address + ":\n" + w.process->Log();
     return all;
   }
 
@@ -278,7 +266,7 @@ TEST(ClusterTest, AKilledDecodeWorkerEndsItsStreamsAndOthersCarryOn) {
     estuary::v1::GenerateResponse first;
     ASSERT_TRUE(readers.back()->Read(&first)) << cluster.Logs();
   }
-  cluster.decode(0).child->Signal(SIGKILL);
+  cluster.decode(0).process->Signal(SIGKILL);
   const absl::Time killed = absl::Now();
   int unavailable = 0;
   std::vector<std::thread> drains;
