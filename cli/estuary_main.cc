@@ -42,6 +42,7 @@
 #include "rpc/worker_process.h"
 #include "kvtransfer/bench_kv.h"
 #include "prefill/bench_prefill.h"
+#include "core/backend/backend.h"
 #include "core/common/status_macros.h"
 #include "core/loader/hf_writer.h"
 
@@ -72,6 +73,8 @@ ABSL_FLAG(std::vector<std::string>, batch, std::vector<std::string>({"1", "4", "
 ABSL_FLAG(int, exit_after, 4, "bench-decode: backbone layers before the river's forced exit");
 ABSL_FLAG(int, steps, 8, "bench-decode: timed decode steps per mode and batch");
 ABSL_FLAG(bool, river, false, "generate: decode through the paged engine with the exit river");
+ABSL_FLAG(std::string, device, "cpu",
+          "generate: where the decode steps run: cpu, cuda or cuda:N (needs a CUDA build)");
 ABSL_FLAG(int, tensor_parallel_size, 1,
           "generate: tensor-parallel ranks (threads of this process, cores shared among them)");
 ABSL_FLAG(std::vector<std::string>, tp_sizes, std::vector<std::string>({"1", "2"}),
@@ -295,6 +298,7 @@ absl::Status Generate() {
   options.threads = absl::GetFlag(FLAGS_threads);
   options.river = absl::GetFlag(FLAGS_river);
   options.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
+  ESTUARY_ASSIGN_OR_RETURN(options.device, ParseDevice(absl::GetFlag(FLAGS_device)));
   ESTUARY_ASSIGN_OR_RETURN(options.river_options, RiverFlags());
   return RunGenerate(options);
 }

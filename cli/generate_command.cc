@@ -31,6 +31,10 @@ absl::Status ValidateGenerateOptions(const GenerateOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tensor-parallel-size = ", options.tensor_parallel_size, " must be in [1, 64]"));
   }
+  if (!options.device.is_cpu() && options.tensor_parallel_size > 1) {
+    return absl::InvalidArgumentError(
+        "--device cuda runs one GPU: tensor parallelism on GPUs is not wired yet");
+  }
   if (options.dtype && *options.dtype != DType::kF32 && *options.dtype != DType::kBF16) {
     return absl::InvalidArgumentError("--dtype must be f32 or bf16");
   }
@@ -45,16 +49,22 @@ struct RiverGeneration {
   ExitStats stats;
 };
 
-// Decodes `request` through the DecodeEngine with the exit river. Drops backbone layers at and
-// above --resident-backbone-layers first, and says how much memory that saves.
-absl::StatusOr<RiverGeneration> GenerateThroughRiver(LlamaModel& model,
-                                                     const GenerateRequest& request,
-                                                     const RiverOptions& river_options,
-                                                     const std::function<void(int32_t)>& on_token) {
+// Decodes `request` through the DecodeEngine, with the exit river when `with_river`, on the CPU or
+// on CUDA device `cuda_device` (>= 0). Drops backbone layers at and above
+// --resident-backbone-layers first, and says how much memory that saves.
+absl::StatusOr<RiverGeneration> GenerateThroughEngine(LlamaModel& model,
+                                                      const GenerateRequest& request,
+                                                      bool with_river,
+                                                      const RiverOptions& river_options,
+                                                      int cuda_device,
+                                                      const std::function<void(int32_t)>& on_token) {
   ESTUARY_RETURN_IF_ERROR(river_options.policy.Validate(model.config().n_layers));
-  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<River> river,
-                           River::Build(model.weights(), river_options.quant));
-  if (const int resident = river_options.policy.resident_backbone_layers; resident > 0) {
+  std::unique_ptr<River> river;
+  if (with_river) {
+    ESTUARY_ASSIGN_OR_RETURN(river, River::Build(model.weights(), river_options.quant));
+  }
+  if (const int resident = river_options.policy.resident_backbone_layers;
+      river != nullptr && resident > 0) {
     ESTUARY_ASSIGN_OR_RETURN(const int64_t saved, model.ReleaseBackboneLayersFrom(resident));
     ESTUARY_LOG(INFO) << "resident backbone layers: " << resident << " of "
                       << model.config().n_layers << "; " << saved
@@ -64,6 +74,7 @@ absl::StatusOr<RiverGeneration> GenerateThroughRiver(LlamaModel& model,
   DecodeEngineOptions engine_options;
   engine_options.max_num_seqs = 1;
   engine_options.exit = river_options.policy;
+  engine_options.cuda_device = cuda_device;
   RiverGeneration out{GenerateResult(), {}, ExitStats(model.config().n_layers)};
   const absl::Time start = absl::Now();
   absl::Time first_token = start;
@@ -164,10 +175,13 @@ absl::Status RunGenerate(const GenerateOptions& options) {
                                                                         options, request, on_token));
     result = tp.result;
     if (options.river) river = std::move(tp);
-  } else if (options.river) {
-    ESTUARY_ASSIGN_OR_RETURN(river, GenerateThroughRiver(*loaded.model, request,
-                                                         options.river_options, on_token));
-    result = river->result;
+  } else if (options.river || !options.device.is_cpu()) {
+    const int cuda_device = options.device.is_cpu() ? -1 : options.device.ordinal;
+    ESTUARY_ASSIGN_OR_RETURN(RiverGeneration engine,
+                             GenerateThroughEngine(*loaded.model, request, options.river,
+                                                   options.river_options, cuda_device, on_token));
+    result = engine.result;
+    if (options.river) river = std::move(engine);
   } else {
     ESTUARY_ASSIGN_OR_RETURN(result, Generate(*loaded.model, request, on_token));
   }

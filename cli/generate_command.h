@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "cli/river_options.h"
+#include "core/backend/device.h"
 #include "core/sampling/sampler.h"
 #include "core/tensor/dtype.h"
 
@@ -27,6 +28,8 @@ struct GenerateOptions {
   // Above 1 generation runs on a ShardedModel (one contiguous cache per rank; with --river the
   // exit decision is taken per step on every rank alike).
   int tensor_parallel_size = 1;
+  // --device: cpu, or cuda[:N] to run the decode engine's steps on that GPU (a CUDA build only).
+  Device device;
 };
 
 absl::Status ValidateGenerateOptions(const GenerateOptions& options);

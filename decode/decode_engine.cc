@@ -60,6 +60,19 @@ absl::Status DecodeEngineOptions::Validate(const LlamaConfig& config) const {
     return absl::InvalidArgumentError("--max-num-batched-tokens must be >= 1");
   }
   if (kv_cache_bytes <= 0) return absl::InvalidArgumentError("--kv-cache-bytes must be > 0");
+  if (cuda_device < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device = ", cuda_device, " must be >= 0 (or -1 for the CPU)"));
+  }
+  if (cuda_device >= 0 && kv_allocator) {
+    return absl::InvalidArgumentError(
+        "a GPU decode engine allocates its KV pool on the device; receiving KV into it over a "
+        "transport is not wired yet");
+  }
+  if (device_max_rows < 1 || device_max_rows > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device rows per step = ", device_max_rows, " must be in [1, 1024]"));
+  }
   return exit.Validate(config.n_layers);
 }
 
@@ -67,12 +80,19 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
     ShardedModel& model, const DecodeEngineOptions& options, TokenSink sink) {
   ESTUARY_RETURN_IF_ERROR(options.Validate(model.config()));
   const int tp = model.tp_size();
+  if (options.cuda_device >= 0) {
+    if (tp != 1) {
+      return absl::UnimplementedError(
+          "tensor parallelism on GPUs is not wired into the decode engine yet; use TP 1");
+    }
+    return Create(model.shard(0), model.river(0), options, std::move(sink));
+  }
   ESTUARY_ASSIGN_OR_RETURN(
       std::unique_ptr<KvPool> pool,
       KvPool::Create(KvLayout::FromConfig(model.config(), options.block_size, tp),
                      options.kv_cache_bytes, tp, options.kv_allocator));
   return std::unique_ptr<DecodeEngine>(
-      new DecodeEngine(model, nullptr, options, std::move(sink), std::move(pool)));
+      new DecodeEngine(model, nullptr, options, std::move(sink), std::move(pool), nullptr));
 }
 
 absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
@@ -80,24 +100,39 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
     TokenSink sink) {
   ESTUARY_RETURN_IF_ERROR(options.Validate(model.config()));
   std::unique_ptr<ShardedModel> borrowed = ShardedModel::Borrow(model, river);
+  ShardedModel& ref = *borrowed;
+  if (options.cuda_device >= 0) {
+    DeviceStepOptions device;
+    device.device = options.cuda_device;
+    device.kv_cache_bytes = options.kv_cache_bytes;
+    device.block_size = options.block_size;
+    device.max_rows = options.device_max_rows;
+    device.decode_policy = options.exit;
+    ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStep> step,
+                             CreateCudaDeviceStep(model, river, device));
+    return std::unique_ptr<DecodeEngine>(new DecodeEngine(
+        ref, std::move(borrowed), options, std::move(sink), nullptr, std::move(step)));
+  }
   ESTUARY_ASSIGN_OR_RETURN(
       std::unique_ptr<KvPool> pool,
       KvPool::Create(KvLayout::FromConfig(model.config(), options.block_size),
                      options.kv_cache_bytes, 1, options.kv_allocator));
-  ShardedModel& ref = *borrowed;
-  return std::unique_ptr<DecodeEngine>(
-      new DecodeEngine(ref, std::move(borrowed), options, std::move(sink), std::move(pool)));
+  return std::unique_ptr<DecodeEngine>(new DecodeEngine(
+      ref, std::move(borrowed), options, std::move(sink), std::move(pool), nullptr));
 }
 
 DecodeEngine::DecodeEngine(ShardedModel& model, std::unique_ptr<ShardedModel> borrowed,
                            const DecodeEngineOptions& options, TokenSink sink,
-                           std::unique_ptr<KvPool> pool)
+                           std::unique_ptr<KvPool> pool,
+                           std::unique_ptr<DeviceStep> device_step)
     : borrowed_(std::move(borrowed)),
       model_(model),
       use_river_(model.river(0) != nullptr),
       options_(options),
       sink_(std::move(sink)),
-      pool_(std::move(pool)),
+      device_step_(std::move(device_step)),
+      owned_pool_(std::move(pool)),
+      pool_(device_step_ != nullptr ? &device_step_->pool() : owned_pool_.get()),
       stats_(model.config().n_layers) {}
 
 // Sequences hold pages of the pool, so they go before it.
@@ -131,7 +166,7 @@ std::unique_ptr<DecodeEngine::Sequence> DecodeEngine::NewSequence(DecodeRequest 
   const bool exits = use_river_ && !request.exit_disabled;
   const float tau = exits ? request.exit_threshold.value_or(options_.exit.default_threshold) : 2.0f;
   const int64_t arrival = arrivals_.fetch_add(1);
-  return std::make_unique<Sequence>(std::move(request), pool_.get(), arrival, tau);
+  return std::make_unique<Sequence>(std::move(request), pool_, arrival, tau);
 }
 
 absl::StatusOr<DecodeEngine::Reservation> DecodeEngine::Reserve(DecodeRequest request,
@@ -294,8 +329,15 @@ void DecodeEngine::Admit() {
 
 absl::Status DecodeEngine::Forward(const std::vector<Sequence*>& batch,
                                    absl::Span<const BatchEntry> entries,
-                                   const ShardedForwardOptions& forward, absl::Span<float> logits,
+                                   const ShardedForwardOptions& forward, bool decode,
+                                   absl::Span<float> logits,
                                    absl::Span<EntryOutcome> outcomes) {
+  if (device_step_ != nullptr) {
+    std::vector<const SequenceKv*> kvs;
+    for (Sequence* s : batch) kvs.push_back(&s->kv);
+    // Decode steps carry the engine's exit policy; prefill steps run under the default one.
+    return device_step_->Forward(entries, kvs, decode, logits, outcomes);
+  }
   // views[rank][i]: rank `rank`'s view of batch[i]'s pages.
   std::vector<std::vector<PagedKvView>> views(static_cast<size_t>(model_.tp_size()));
   for (int rank = 0; rank < model_.tp_size(); ++rank) {
@@ -337,7 +379,8 @@ absl::Status DecodeEngine::PrefillStep() {
   ShardedForwardOptions forward;
   forward.use_river = use_river_;
   if (absl::Status status =
-          Forward(batch, entries, forward, absl::MakeSpan(logits), absl::MakeSpan(outcomes));
+          Forward(batch, entries, forward, /*decode=*/false, absl::MakeSpan(logits),
+                  absl::MakeSpan(outcomes));
       !status.ok()) {
     FailAll(batch, status);
     return status;
@@ -416,7 +459,8 @@ absl::Status DecodeEngine::DecodeStep() {
   forward.use_river = use_river_;
   forward.policy = options_.exit;
   if (absl::Status status =
-          Forward(batch, entries, forward, absl::MakeSpan(logits), absl::MakeSpan(outcomes));
+          Forward(batch, entries, forward, /*decode=*/true, absl::MakeSpan(logits),
+                  absl::MakeSpan(outcomes));
       !status.ok()) {
     FailAll(batch, status);
     return status;

@@ -33,6 +33,7 @@
 #include "core/model/llama_model.h"
 #include "core/model/river.h"
 #include "core/model/sharded_model.h"
+#include "decode/device_step.h"
 #include "decode/decode_request.h"
 #include "decode/exit_stats.h"
 
@@ -48,6 +49,10 @@ struct DecodeEngineOptions {
   // Where the pool's memory comes from (kv_pool.h); default: anonymous mappings. A decode
   // worker passes its transport's allocator so that prefill peers on the host write directly.
   KvRegionAllocator kv_allocator;
+  // >= 0: run the forward steps on this CUDA device (device_step.h), TP 1 only, with the pool in
+  // GPU memory; needs a build with ESTUARY_CUDA. -1: on the CPU ranks.
+  int cuda_device = -1;
+  int device_max_rows = 64;  // rows per device step (CUDA graph buckets up to this)
 
   absl::Status Validate(const LlamaConfig& config) const;
 };
@@ -115,10 +120,12 @@ class DecodeEngine {
   struct Sequence;
 
   DecodeEngine(ShardedModel& model, std::unique_ptr<ShardedModel> borrowed,
-               const DecodeEngineOptions& options, TokenSink sink, std::unique_ptr<KvPool> pool);
+               const DecodeEngineOptions& options, TokenSink sink, std::unique_ptr<KvPool> pool,
+               std::unique_ptr<DeviceStep> device_step);
   // One forward step of `entries` over the sequences' pages on every rank.
+  // `decode`: a decode step (else a prefill step); the device step picks its policy by it.
   absl::Status Forward(const std::vector<Sequence*>& batch, absl::Span<const BatchEntry> entries,
-                       const ShardedForwardOptions& forward, absl::Span<float> logits,
+                       const ShardedForwardOptions& forward, bool decode, absl::Span<float> logits,
                        absl::Span<EntryOutcome> outcomes);
 
   void DrainInbox();
@@ -145,7 +152,10 @@ class DecodeEngine {
   const bool use_river_;
   DecodeEngineOptions options_;
   TokenSink sink_;
-  std::unique_ptr<KvPool> pool_;
+  // With cuda_device: the GPU step, which owns the pool (pool_ points into it).
+  std::unique_ptr<DeviceStep> device_step_;
+  std::unique_ptr<KvPool> owned_pool_;
+  KvPool* pool_ = nullptr;  // owned_pool_ or device_step_->pool()
   ExitStats stats_;
   int64_t preemptions_ = 0;
   std::atomic<int64_t> arrivals_{0};

@@ -356,3 +356,28 @@ TEST(DecodeEngineReservationTest, LeaseExpiryAndAbortReturnThePages) {
 
 }  // namespace
 }  // namespace estuary
+
+namespace estuary {
+namespace {
+
+// Asking for a GPU engine fails cleanly where there is none: UNIMPLEMENTED in a build without
+// CUDA (naming the build flag), UNAVAILABLE in a CUDA build on a machine without that device.
+TEST(DecodeEngineDeviceTest, GpuEngineWithoutGpuFailsCleanly) {
+  auto loaded = LoadModel("../shared/models/stories260K");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  DecodeEngineOptions options;
+  options.cuda_device = 7;
+  auto engine = DecodeEngine::Create(*loaded->model, nullptr, options, [](const TokenEvent&) {});
+  ASSERT_FALSE(engine.ok());
+  EXPECT_TRUE(engine.status().code() == absl::StatusCode::kUnimplemented ||
+              engine.status().code() == absl::StatusCode::kUnavailable)
+      << engine.status();
+  options.cuda_device = -2;
+  EXPECT_EQ(DecodeEngine::Create(*loaded->model, nullptr, options, [](const TokenEvent&) {})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace estuary

@@ -1,5 +1,6 @@
 #include "core/backend/backend.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace estuary {
@@ -10,6 +11,21 @@ absl::Status CheckBufferRange(const Buffer& buffer, size_t offset, size_t bytes)
                                               ") outside a buffer of ", buffer.size(), " bytes"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Device> ParseDevice(std::string_view text) {
+  if (text == "cpu") return Device::Cpu();
+  if (text == "cuda") return Device::Cuda(0);
+  constexpr std::string_view kCuda = "cuda:";
+  int ordinal = -1;
+  if (text.substr(0, kCuda.size()) == kCuda &&
+      absl::SimpleAtoi(absl::string_view(text.data() + kCuda.size(), text.size() - kCuda.size()),
+                       &ordinal) &&
+      ordinal >= 0 && ordinal < 1024) {
+    return Device::Cuda(ordinal);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--device = '", absl::string_view(text.data(), text.size()),
+                                                 "': expected cpu, cuda or cuda:N"));
 }
 
 }  // namespace estuary

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -63,5 +64,9 @@ absl::StatusOr<Backend*> GetBackend(Device device);
 
 // Number of CUDA devices visible (0 without CUDA support or without a GPU).
 int CudaDeviceCount();
+
+// Parses a --device value: "cpu", "cuda" (device 0) or "cuda:N". INVALID_ARGUMENT otherwise.
+// Does not check that the device exists.
+absl::StatusOr<Device> ParseDevice(std::string_view text);
 
 }  // namespace estuary

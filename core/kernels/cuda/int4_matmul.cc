@@ -52,11 +52,12 @@ absl::Status CheckView(const Int4GpuView& w, const void* x, int64_t n_tokens, co
   return absl::OkStatus();
 }
 
-absl::Status Run(const Int4GpuView& w, const void* x, bool bf16, int64_t n_tokens, float* y,
-                 cudaStream_t stream) {
+absl::Status Run(const Int4GpuView& w, const void* x, bool bf16, int64_t n_tokens,
+                 const int32_t* row_path, int32_t want_path, float* y, cudaStream_t stream) {
   if (absl::Status s = CheckView(w, x, n_tokens, y); !s.ok()) return s;
   if (n_tokens == 0) return absl::OkStatus();
-  return CudaError(matmul_internal::LaunchInt4MatMul(w, x, bf16, n_tokens, y, stream),
+  return CudaError(matmul_internal::LaunchInt4MatMulRows(w, x, bf16, n_tokens, row_path,
+                                                         want_path, y, stream),
                    "Int4MatMul launch");
 }
 
@@ -175,12 +176,25 @@ Int4GpuMatrix::~Int4GpuMatrix() {
 
 absl::Status Int4MatMul(const Int4GpuView& w, const float* x, int64_t n_tokens, float* y,
                         cudaStream_t stream) {
-  return Run(w, x, /*bf16=*/false, n_tokens, y, stream);
+  return Run(w, x, /*bf16=*/false, n_tokens, /*row_path=*/nullptr, /*want_path=*/0, y, stream);
 }
 
 absl::Status Int4MatMul(const Int4GpuView& w, const uint16_t* x_bf16, int64_t n_tokens, float* y,
                         cudaStream_t stream) {
-  return Run(w, x_bf16, /*bf16=*/true, n_tokens, y, stream);
+  return Run(w, x_bf16, /*bf16=*/true, n_tokens, /*row_path=*/nullptr, /*want_path=*/0, y,
+             stream);
+}
+
+absl::Status Int4MatMul(const Int4GpuView& w, const float* x, int64_t n_tokens,
+                        const int32_t* row_path, int32_t want_path, float* y,
+                        cudaStream_t stream) {
+  return Run(w, x, /*bf16=*/false, n_tokens, row_path, want_path, y, stream);
+}
+
+absl::Status Int4MatMul(const Int4GpuView& w, const uint16_t* x_bf16, int64_t n_tokens,
+                        const int32_t* row_path, int32_t want_path, float* y,
+                        cudaStream_t stream) {
+  return Run(w, x_bf16, /*bf16=*/true, n_tokens, row_path, want_path, y, stream);
 }
 
 }  // namespace estuary::cuda

@@ -103,4 +103,17 @@ class Int4GpuMatrix {
 [[nodiscard]] absl::Status Int4MatMul(const Int4GpuView& w, const uint16_t* x_bf16,
                                       int64_t n_tokens, float* y, cudaStream_t stream);
 
+// Row-masked forms (a decode step's river / backbone split, decode_step_kernels.h): only rows t
+// with row_path[t] == want_path are computed (row_path: device int32 [n_tokens], read by the
+// kernel, so it may be written by earlier work on `stream`; nullptr = every row); the other rows
+// of y are left untouched. Token tiles are formed from the wanted rows only, and a block whose
+// tile is empty returns before reading any weight, so a path no row takes costs one launch.
+// A wanted row's y is bitwise the same as the unmasked product's. Same checks as above.
+[[nodiscard]] absl::Status Int4MatMul(const Int4GpuView& w, const float* x, int64_t n_tokens,
+                                      const int32_t* row_path, int32_t want_path, float* y,
+                                      cudaStream_t stream);
+[[nodiscard]] absl::Status Int4MatMul(const Int4GpuView& w, const uint16_t* x_bf16,
+                                      int64_t n_tokens, const int32_t* row_path,
+                                      int32_t want_path, float* y, cudaStream_t stream);
+
 }  // namespace estuary::cuda

@@ -1,0 +1,290 @@
+// The device decode path against the CPU path and the golden outputs. Every test needs a GPU and
+// skips with a message without one (label `gpu`).
+#include "core/model/cuda/device_decoder.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "core/model/cuda/device_generate.h"
+#include "core/model/cuda/device_model.h"
+#include "core/model/generator.h"
+#include "core/model/model_loader.h"
+#include "core/model/river.h"
+#include "core/model/sharded_model.h"
+#include "tests/testing/golden_cases.h"
+
+namespace estuary::cuda {
+namespace {
+
+using ::estuary::testing::GoldenCase;
+
+bool HaveDevice() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+#define SKIP_WITHOUT_DEVICE() \
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device"
+
+std::unique_ptr<LlamaModel> Load(const std::string& name, std::optional<DType> dtype = {}) {
+  LoadOptions options;
+  options.dtype = dtype;
+  auto loaded = LoadModel(::estuary::testing::GoldenModelDir(name), options);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return loaded.ok() ? std::move(loaded->model) : nullptr;
+}
+
+std::unique_ptr<River> BuildRiver(const LlamaModel& model) {
+  Int4QuantOptions quant;
+  quant.group_size = 64;
+  auto river = River::Build(model.weights(), quant);
+  EXPECT_TRUE(river.ok()) << river.status();
+  return river.ok() ? std::move(*river) : nullptr;
+}
+
+std::unique_ptr<DeviceModel> Upload(const LlamaModel& model, const River* river = nullptr) {
+  auto device = DeviceModel::Create(model, river);
+  EXPECT_TRUE(device.ok()) << device.status();
+  return device.ok() ? std::move(*device) : nullptr;
+}
+
+std::unique_ptr<DeviceDecoder> MakeDecoder(const DeviceModel& model, int64_t kv_mib = 16,
+                                           const ExitPolicy& policy = {}, bool graphs = true,
+                                           int max_rows = 64) {
+  DeviceDecoderOptions options;
+  options.kv_cache_bytes = kv_mib << 20;
+  options.policy = policy;
+  options.use_graphs = graphs;
+  options.max_rows = max_rows;
+  auto decoder = DeviceDecoder::Create(model, options);
+  EXPECT_TRUE(decoder.ok()) << decoder.status();
+  return decoder.ok() ? std::move(*decoder) : nullptr;
+}
+
+// The CPU reference: Generate over a borrowed TP-1 model, with or without the river.
+GenerateResult CpuGenerate(const LlamaModel& model, const River* river, const ExitPolicy& policy,
+                           const std::vector<int32_t>& prompt, int new_tokens, float threshold) {
+  auto sharded = ShardedModel::Borrow(model, river);
+  GenerateRequest request;
+  request.prompt_ids = prompt;
+  request.max_tokens = new_tokens;
+  request.ignore_eos = true;
+  ShardedForwardOptions forward;
+  forward.use_river = river != nullptr;
+  forward.policy = policy;
+  forward.policy.default_threshold = threshold;
+  auto result = Generate(*sharded, request, nullptr, forward);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return result.ok() ? *result : GenerateResult{};
+}
+
+class DeviceGoldenTest : public ::testing::TestWithParam<GoldenCase> {};
+
+// f32 weights on the device give the golden greedy ids of every case (both models), through the
+// captured graphs.
+TEST_P(DeviceGoldenTest, GreedyIdsMatchGolden) {
+  SKIP_WITHOUT_DEVICE();
+  const GoldenCase& c = GetParam();
+  auto model = Load(c.model);
+  ASSERT_NE(model, nullptr);
+  auto device = Upload(*model);
+  ASSERT_NE(device, nullptr);
+  auto decoder = MakeDecoder(*device, 64);
+  ASSERT_NE(decoder, nullptr);
+  auto out = GenerateOnDevice(*decoder, c.prompt_ids, static_cast<int>(c.completion_ids.size()));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->completion_ids, c.completion_ids);
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, DeviceGoldenTest,
+                         ::testing::ValuesIn(::estuary::testing::AllGoldenCases()));
+
+// Graph replay and direct launches compute the same logits bit for bit.
+TEST(DeviceDecoderTest, GraphReplayMatchesDirectLaunch) {
+  SKIP_WITHOUT_DEVICE();
+  auto model = Load("stories12L");
+  ASSERT_NE(model, nullptr);
+  auto device = Upload(*model);
+  ASSERT_NE(device, nullptr);
+  std::vector<std::vector<float>> logits(2);
+  for (int graphs = 0; graphs < 2; ++graphs) {
+    auto decoder = MakeDecoder(*device, 16, {}, graphs == 1);
+    ASSERT_NE(decoder, nullptr);
+    auto seq = decoder->AddSequence();
+    ASSERT_TRUE(seq.ok());
+    const int vocab = model->config().vocab_size;
+    std::vector<DeviceRow> rows;
+    for (int p = 0; p < 5; ++p) rows.push_back({*seq, 1 + 7 * p, p, 2.0f});
+    std::vector<DeviceRowResult> results(rows.size());
+    logits[graphs].resize(rows.size() * static_cast<size_t>(vocab));
+    ASSERT_TRUE(decoder->Step(rows, absl::MakeSpan(results), absl::MakeSpan(logits[graphs])).ok());
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+}
+
+// Several sequences in one step give each sequence the ids it gets alone.
+TEST(DeviceDecoderTest, BatchedSequencesMatchSingleSequences) {
+  SKIP_WITHOUT_DEVICE();
+  auto model = Load("stories12L");
+  ASSERT_NE(model, nullptr);
+  auto device = Upload(*model);
+  ASSERT_NE(device, nullptr);
+  auto decoder = MakeDecoder(*device, 32);
+  ASSERT_NE(decoder, nullptr);
+  const auto cases = ::estuary::testing::LoadGoldenCases("stories12L");
+  ASSERT_GE(cases.size(), 3u);
+  constexpr int kSteps = 24;
+  std::vector<int32_t> seqs;
+  std::vector<DeviceRowResult> last(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    auto seq = decoder->AddSequence();
+    ASSERT_TRUE(seq.ok());
+    seqs.push_back(*seq);
+    ASSERT_TRUE(decoder->Prefill(*seq, cases[i].prompt_ids, 0, 2.0f, last[i]).ok());
+  }
+  std::vector<std::vector<int32_t>> batched(cases.size());
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<DeviceRow> rows;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      batched[i].push_back(last[i].next_token);
+      rows.push_back({seqs[i], last[i].next_token,
+                      static_cast<int32_t>(cases[i].prompt_ids.size()) + step, 2.0f});
+    }
+    ASSERT_TRUE(decoder->Step(rows, absl::MakeSpan(last)).ok());
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    auto alone = GenerateOnDevice(*decoder, cases[i].prompt_ids, kSteps);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ(batched[i], alone->completion_ids) << "case " << i;
+  }
+}
+
+// stories12L with its exit river, on the CPU and on the device.
+class RiverDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+    model_ = Load("stories12L");
+    ASSERT_NE(model_, nullptr);
+    river_ = BuildRiver(*model_);
+    ASSERT_NE(river_, nullptr);
+    device_ = Upload(*model_, river_.get());
+    ASSERT_NE(device_, nullptr);
+    cases_ = ::estuary::testing::LoadGoldenCases("stories12L");
+    ASSERT_FALSE(cases_.empty());
+  }
+
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<River> river_;
+  std::unique_ptr<DeviceModel> device_;
+  std::vector<GoldenCase> cases_;
+};
+
+// The river at a fixed exit (every token leaves after 4 backbone layers) and fully on int4
+// gives the CPU river's ids; the backbone layers are exactly the forced ones.
+TEST_F(RiverDeviceTest, FixedExitMatchesCpu) {
+  for (int exit_after : {4, 0}) {
+    ExitPolicy policy;
+    policy.max_backbone_layers = exit_after;
+    auto decoder = MakeDecoder(*device_, 16, policy);
+    ASSERT_NE(decoder, nullptr);
+    // f32 activations meet int4 weights in a different order on the GPU (int4_matmul.h), so
+    // compare a prefix long enough to cover many exits but short enough to stay off near-ties.
+    constexpr int kTokens = 16;
+    auto gpu = GenerateOnDevice(*decoder, cases_[0].prompt_ids, kTokens, 2.0f);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    const GenerateResult cpu =
+        CpuGenerate(*model_, river_.get(), policy, cases_[0].prompt_ids, kTokens, 2.0f);
+    EXPECT_EQ(gpu->completion_ids, cpu.completion_ids) << "exit after " << exit_after;
+    for (int layers : gpu->backbone_layers) EXPECT_EQ(layers, exit_after);
+  }
+}
+
+// With a threshold the exit decision taken on the device agrees with the CPU's on most steps and
+// really moves tokens onto the river.
+TEST_F(RiverDeviceTest, ThresholdExitsLikeCpu) {
+  ExitPolicy policy;  // batch-min rule, exits considered after 1 layer
+  auto decoder = MakeDecoder(*device_, 16, policy);
+  ASSERT_NE(decoder, nullptr);
+  constexpr int kTokens = 32;
+  constexpr float kThreshold = 0.8f;
+  auto gpu = GenerateOnDevice(*decoder, cases_[0].prompt_ids, kTokens, kThreshold);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const GenerateResult cpu =
+      CpuGenerate(*model_, river_.get(), policy, cases_[0].prompt_ids, kTokens, kThreshold);
+  ASSERT_EQ(cpu.backbone_layers.size(), gpu->backbone_layers.size());
+  int same = 0, exited = 0;
+  for (size_t i = 0; i < gpu->backbone_layers.size(); ++i) {
+    same += gpu->backbone_layers[i] == cpu.backbone_layers[i];
+    exited += gpu->backbone_layers[i] < model_->config().n_layers;
+  }
+  EXPECT_GT(exited, 0) << "no token left the backbone at threshold " << kThreshold;
+  EXPECT_GE(same * 10, static_cast<int>(gpu->backbone_layers.size()) * 9)
+      << same << " of " << gpu->backbone_layers.size() << " steps agree with the CPU";
+  // Until the first disagreement the tokens must be the CPU's.
+  size_t agree = 0;
+  while (agree < gpu->backbone_layers.size() &&
+         gpu->backbone_layers[agree] == cpu.backbone_layers[agree]) {
+    ++agree;
+  }
+  for (size_t i = 0; i < agree && i < cpu.completion_ids.size(); ++i) {
+    EXPECT_EQ(gpu->completion_ids[i], cpu.completion_ids[i]) << "token " << i;
+  }
+}
+
+// bf16 weights on the device against bf16 weights on the CPU.
+TEST(DeviceDecoderTest, Bf16WeightsMatchCpuBf16) {
+  SKIP_WITHOUT_DEVICE();
+  auto model = Load("stories12L", DType::kBF16);
+  ASSERT_NE(model, nullptr);
+  auto device = Upload(*model);
+  ASSERT_NE(device, nullptr);
+  auto decoder = MakeDecoder(*device);
+  ASSERT_NE(decoder, nullptr);
+  const auto cases = ::estuary::testing::LoadGoldenCases("stories12L");
+  ASSERT_FALSE(cases.empty());
+  constexpr int kTokens = 16;
+  auto gpu = GenerateOnDevice(*decoder, cases[0].prompt_ids, kTokens);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const GenerateResult cpu = CpuGenerate(*model, nullptr, {}, cases[0].prompt_ids, kTokens, 2.0f);
+  EXPECT_EQ(gpu->completion_ids, cpu.completion_ids);
+}
+
+// Bad rows are refused before anything runs, and a refused step changes nothing.
+TEST(DeviceDecoderTest, RejectsBadRows) {
+  SKIP_WITHOUT_DEVICE();
+  auto model = Load("stories260K");
+  ASSERT_NE(model, nullptr);
+  auto device = Upload(*model);
+  ASSERT_NE(device, nullptr);
+  auto decoder = MakeDecoder(*device, 4, {}, true, 4);
+  ASSERT_NE(decoder, nullptr);
+  auto seq = decoder->AddSequence();
+  ASSERT_TRUE(seq.ok());
+  DeviceRowResult result;
+  auto step = [&](std::vector<DeviceRow> rows) {
+    std::vector<DeviceRowResult> results(rows.size());
+    return decoder->Step(rows, absl::MakeSpan(results)).code();
+  };
+  const int32_t free_before = decoder->free_pages();
+  EXPECT_EQ(step({{*seq, -1, 0, 2.0f}}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(step({{*seq, model->config().vocab_size, 0, 2.0f}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(step({{*seq, 1, decoder->max_seq_len(), 2.0f}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(step({{*seq + 100, 1, 0, 2.0f}}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(step({{*seq, 1, 0, 2.0f}, {*seq, 1, 2, 2.0f}}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(step({{*seq, 1, 0, 2.0f}, {*seq, 1, 1, 2.0f}, {*seq, 1, 2, 2.0f}, {*seq, 1, 3, 2.0f},
+                  {*seq, 1, 4, 2.0f}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(decoder->free_pages(), free_before);
+  EXPECT_TRUE(decoder->Prefill(*seq, std::vector<int32_t>{1, 2, 3}, 0, 2.0f, result).ok());
+  decoder->ReleaseSequence(*seq);
+  EXPECT_EQ(decoder->free_pages(), free_before);
+}
+
+}  // namespace
+}  // namespace estuary::cuda

@@ -1,0 +1,132 @@
+// CreateCudaDeviceStep with ESTUARY_CUDA: the engine's steps on DeviceDecoder (core/model/cuda).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/kvcache/kv_layout.h"
+#include "core/model/cuda/device_decoder.h"
+#include "core/model/cuda/device_model.h"
+#include "decode/device_step.h"
+
+namespace estuary {
+namespace {
+
+class CudaDeviceStep final : public DeviceStep {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaDeviceStep>> Create(const LlamaModel& model,
+                                                                const River* river,
+                                                                const DeviceStepOptions& options) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || options.device < 0 ||
+        options.device >= count) {
+      return absl::UnavailableError(absl::StrCat("CUDA device ", options.device,
+                                                 " not found (", count, " visible)"));
+    }
+    ESTUARY_RETURN_IF_ERROR(cuda::CudaStatus(cudaSetDevice(options.device), "cudaSetDevice"));
+    auto step = std::unique_ptr<CudaDeviceStep>(new CudaDeviceStep());
+    step->device_ = options.device;
+    ESTUARY_ASSIGN_OR_RETURN(step->model_, cuda::DeviceModel::Create(model, river));
+    ESTUARY_ASSIGN_OR_RETURN(
+        step->pool_, KvPool::Create(KvLayout::FromConfig(model.config(), options.block_size),
+                                    options.kv_cache_bytes, 1, cuda::DeviceKvRegionAllocator()));
+    cuda::DeviceDecoderOptions decoder;
+    decoder.max_rows = options.max_rows;
+    decoder.block_size = options.block_size;
+    decoder.max_seq_len = model.config().max_seq_len;
+    decoder.shared_pool = step->pool_.get();
+    // Prefill: the default policy (no exit unless layers are not resident), as the CPU engine.
+    ESTUARY_ASSIGN_OR_RETURN(step->prefill_, cuda::DeviceDecoder::Create(*step->model_, decoder));
+    decoder.policy = options.decode_policy;
+    ESTUARY_ASSIGN_OR_RETURN(step->decode_, cuda::DeviceDecoder::Create(*step->model_, decoder));
+    step->vocab_ = static_cast<size_t>(model.config().vocab_size);
+    return step;
+  }
+
+  ~CudaDeviceStep() override { cudaSetDevice(device_); }
+
+  KvPool& pool() override { return *pool_; }
+
+  absl::Status Forward(absl::Span<const BatchEntry> entries,
+                       absl::Span<const SequenceKv* const> kvs, bool decode,
+                       absl::Span<float> logits, absl::Span<EntryOutcome> outcomes) override {
+    if (kvs.size() != entries.size() || outcomes.size() != entries.size()) {
+      return absl::InvalidArgumentError("one sequence and one outcome per entry");
+    }
+    ESTUARY_RETURN_IF_ERROR(cuda::CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
+    cuda::DeviceDecoder& decoder = decode ? *decode_ : *prefill_;
+    const size_t max_rows = static_cast<size_t>(decoder.max_rows());
+    // Rows of all entries in order, cut into device steps of at most max_rows rows; an entry
+    // longer than that spans several steps (its KV is written before the next one reads it).
+    struct RowOrigin {
+      size_t entry;
+      bool last;  // the entry's last token: its result is the entry's
+    };
+    std::vector<cuda::DeviceStepRow> rows;
+    std::vector<RowOrigin> origins;
+    std::vector<size_t> logit_index(entries.size(), SIZE_MAX);
+    size_t with_logits = 0;
+    for (size_t e = 0; e < entries.size(); ++e) {
+      if (entries[e].want_logits) logit_index[e] = with_logits++;
+    }
+    if (logits.size() != with_logits * vocab_) {
+      return absl::InvalidArgumentError("logits must hold vocab floats per entry with logits");
+    }
+    std::vector<cuda::DeviceRowResult> results;
+    std::vector<float> step_logits;
+    auto flush = [&]() -> absl::Status {
+      if (rows.empty()) return absl::OkStatus();
+      results.assign(rows.size(), {});
+      step_logits.resize(rows.size() * vocab_);
+      ESTUARY_RETURN_IF_ERROR(
+          decoder.Run(rows, absl::MakeSpan(results), absl::MakeSpan(step_logits)));
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (!origins[i].last) continue;
+        const size_t e = origins[i].entry;
+        outcomes[e].backbone_layers = results[i].backbone_layers;
+        if (logit_index[e] != SIZE_MAX) {
+          std::memcpy(logits.data() + logit_index[e] * vocab_, step_logits.data() + i * vocab_,
+                      vocab_ * sizeof(float));
+        }
+      }
+      rows.clear();
+      origins.clear();
+      return absl::OkStatus();
+    };
+    for (size_t e = 0; e < entries.size(); ++e) {
+      const BatchEntry& entry = entries[e];
+      for (size_t t = 0; t < entry.tokens.size(); ++t) {
+        if (rows.size() == max_rows) ESTUARY_RETURN_IF_ERROR(flush());
+        rows.push_back({kvs[e], entry.tokens[t], entry.start_pos + static_cast<int32_t>(t),
+                        entry.exit_threshold});
+        origins.push_back({e, t + 1 == entry.tokens.size()});
+      }
+    }
+    return flush();
+  }
+
+ private:
+  CudaDeviceStep() = default;
+
+  int device_ = 0;
+  size_t vocab_ = 0;
+  std::unique_ptr<cuda::DeviceModel> model_;
+  std::unique_ptr<KvPool> pool_;  // shared by both decoders, destroyed after them
+  std::unique_ptr<cuda::DeviceDecoder> prefill_;
+  std::unique_ptr<cuda::DeviceDecoder> decode_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceStep>> CreateCudaDeviceStep(const LlamaModel& model,
+                                                                 const River* river,
+                                                                 const DeviceStepOptions& options) {
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<CudaDeviceStep> step,
+                           CudaDeviceStep::Create(model, river, options));
+  return step;
+}
+
+}  // namespace estuary
