@@ -1,45 +1,13 @@
 #include "core/parallel/nccl_communicator.h"
 
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/common/logging.h"
+#include "core/parallel/nccl_util.h"
 
 namespace estuary::parallel {
-namespace {
-
-#if defined(NCCL_VERSION) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
-#define ESTUARY_NCCL_NONBLOCKING 1
-#else
-#define ESTUARY_NCCL_NONBLOCKING 0
-#endif
-
-absl::Status NcclError(const char* what, ncclResult_t result) {
-  return absl::InternalError(absl::StrCat(what, ": NCCL error ", static_cast<int>(result), " (",
-                                          ncclGetErrorString(result), ")"));
-}
-
-absl::Status CudaError(const char* what, cudaError_t err) {
-  return absl::InternalError(absl::StrCat(what, ": CUDA error ", static_cast<int>(err), " (",
-                                          cudaGetErrorString(err), ")"));
-}
-
-// Short spin, then yields, then sleeps: keeps latency low for fast collectives without burning
-// a core during long waits.
-void Backoff(int* polls) {
-  ++*polls;
-  if (*polls < 64) return;
-  if (*polls < 1024) {
-    std::this_thread::yield();
-    return;
-  }
-  absl::SleepFor(absl::Microseconds(50));
-}
-
-}  // namespace
-
 void NcclAbortFlag::Raise(const absl::Status& reason) {
   absl::MutexLock lock(&mu_);
   if (raised_.load(std::memory_order_relaxed)) return;
@@ -65,36 +33,7 @@ void NcclCommunicator::DeviceFree::operator()(float* p) const {
 }
 
 void NcclCommunicator::CommDestroyer::operator()(ncclComm_t comm) const {
-#if ESTUARY_NCCL_NONBLOCKING
-  ncclResult_t result = ncclCommFinalize(comm);
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  int polls = 0;
-  while (result == ncclSuccess || result == ncclInProgress) {
-    ncclResult_t state = ncclSuccess;
-    result = ncclCommGetAsyncError(comm, &state);
-    if (result != ncclSuccess) break;
-    result = state;
-    if (state != ncclInProgress) break;
-    if (absl::Now() > deadline) {
-      result = ncclInProgress;
-      break;
-    }
-    Backoff(&polls);
-  }
-  if (result != ncclSuccess) {
-    ESTUARY_LOG(ERROR) << "ncclCommFinalize did not complete (" << ncclGetErrorString(result)
-                       << "); aborting the communicator instead";
-    const ncclResult_t abort_result = ncclCommAbort(comm);
-    if (abort_result != ncclSuccess) {
-      ESTUARY_LOG(ERROR) << "ncclCommAbort: " << ncclGetErrorString(abort_result);
-    }
-    return;
-  }
-#endif
-  const ncclResult_t destroy_result = ncclCommDestroy(comm);
-  if (destroy_result != ncclSuccess) {
-    ESTUARY_LOG(ERROR) << "ncclCommDestroy: " << ncclGetErrorString(destroy_result);
-  }
+  NcclCloseComm(comm, absl::Now() + absl::Seconds(10));
 }
 
 absl::StatusOr<ncclUniqueId> NcclCommunicator::NewUniqueId() {
@@ -130,19 +69,9 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   if (err != cudaSuccess) return CudaError("cudaMalloc", err);
   comm->barrier_scratch_.reset(scratch);
 
-  ncclComm_t raw = nullptr;
-#if ESTUARY_NCCL_NONBLOCKING
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  ncclResult_t result = ncclCommInitRankConfig(&raw, size, id, rank, &config);
-#else
-  ncclResult_t result = ncclCommInitRank(&raw, size, id, rank);
-#endif
-  if (result != ncclSuccess && result != ncclInProgress) {
-    if (raw != nullptr) ncclCommAbort(raw);
-    return NcclError("ncclCommInitRank", result);
-  }
-  comm->comm_.reset(raw);
+  absl::StatusOr<ncclComm_t> raw = NcclStartInitRank(id, size, rank);
+  if (!raw.ok()) return raw.status();
+  comm->comm_.reset(*raw);
   absl::Status status = comm->WaitNotInProgress("ncclCommInitRank", deadline);
   if (!status.ok()) return status;  // Already aborted by WaitNotInProgress.
   return comm;
@@ -152,12 +81,7 @@ void NcclCommunicator::Abort(const absl::Status& reason) { abort_flag_->Raise(re
 
 absl::Status NcclCommunicator::Fail(absl::Status status) {
   if (failed_.ok()) failed_ = std::move(status);
-  if (comm_ != nullptr) {
-    const ncclResult_t result = ncclCommAbort(comm_.release());
-    if (result != ncclSuccess) {
-      ESTUARY_LOG(ERROR) << "ncclCommAbort: " << ncclGetErrorString(result);
-    }
-  }
+  if (comm_ != nullptr) NcclAbortComm(comm_.release());
   // Raise the group flag so in-process peers stop waiting for this rank.
   abort_flag_->Raise(failed_);
   return failed_;
@@ -174,17 +98,15 @@ absl::Status NcclCommunicator::CheckUsable() {
 absl::Status NcclCommunicator::WaitNotInProgress(const char* what, absl::Time deadline) {
   int polls = 0;
   while (true) {
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t result = ncclCommGetAsyncError(comm_.get(), &state);
-    if (result != ncclSuccess) return Fail(NcclError("ncclCommGetAsyncError", result));
-    if (state == ncclSuccess) return absl::OkStatus();
-    if (state != ncclInProgress) return Fail(NcclError(what, state));
+    const absl::StatusOr<bool> in_progress = NcclPollInProgress(comm_.get(), what);
+    if (!in_progress.ok()) return Fail(in_progress.status());
+    if (!*in_progress) return absl::OkStatus();
     if (abort_flag_->raised()) return Fail(abort_flag_->status());
     if (absl::Now() > deadline) {
       return Fail(absl::DeadlineExceededError(
           absl::StrCat(what, ": rank ", rank_, " timed out; NCCL communicator aborted")));
     }
-    Backoff(&polls);
+    NcclBackoff(&polls);
   }
 }
 
@@ -202,16 +124,14 @@ absl::Status NcclCommunicator::Complete(const char* what, ncclResult_t enqueued,
     const cudaError_t err = cudaStreamQuery(stream_.get());
     if (err == cudaSuccess) return absl::OkStatus();
     if (err != cudaErrorNotReady) return Fail(CudaError(what, err));
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t result = ncclCommGetAsyncError(comm_.get(), &state);
-    if (result != ncclSuccess) return Fail(NcclError("ncclCommGetAsyncError", result));
-    if (state != ncclSuccess && state != ncclInProgress) return Fail(NcclError(what, state));
+    const absl::StatusOr<bool> in_progress = NcclPollInProgress(comm_.get(), what);
+    if (!in_progress.ok()) return Fail(in_progress.status());
     if (abort_flag_->raised()) return Fail(abort_flag_->status());
     if (absl::Now() > deadline) {
       return Fail(absl::DeadlineExceededError(
           absl::StrCat(what, ": rank ", rank_, " timed out; NCCL communicator aborted")));
     }
-    Backoff(&polls);
+    NcclBackoff(&polls);
   }
 }
 

@@ -222,12 +222,14 @@ absl::Status DeviceDecoder::CheckRows(absl::Span<const DeviceStepRow> rows,
   return absl::OkStatus();
 }
 
-absl::Status DeviceDecoder::EnqueueProjection(const DeviceDense& dense, const Int4GpuMatrix* river,
+absl::Status DeviceDecoder::EnqueueProjection(const DeviceDense* dense, const Int4GpuMatrix* river,
                                               const float* x, int bucket, float* y) {
   const int32_t* row_path = model_.has_river() ? buffers_->in(buffers_->row_path) : nullptr;
-  ESTUARY_RETURN_IF_ERROR(DenseMatMulRows(dense.memory.get(), dense.dtype, dense.out_features,
-                                          dense.in_features, x, bucket, row_path, kRowBackbone,
-                                          y, stream_.get()));
+  if (dense != nullptr) {
+    ESTUARY_RETURN_IF_ERROR(DenseMatMulRows(dense->memory.get(), dense->dtype,
+                                            dense->out_features, dense->in_features, x, bucket,
+                                            row_path, kRowBackbone, y, stream_.get()));
+  }
   if (river == nullptr) return absl::OkStatus();
   return Int4MatMulRows(river->view(), x, bucket, row_path, kRowRiver, y, stream_.get());
 }
@@ -243,23 +245,30 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
                           (l >= forced_exit_ ||
                            l >= std::max(1, options_.policy.min_backbone_layers));
   const DeviceLayerInt4* r = river_rows ? &model_.river(l) : nullptr;
-  auto river_of = [&](const Int4GpuMatrix DeviceLayerInt4::*m) {
-    return r != nullptr ? &(r->*m) : nullptr;
+  // Backbone rows are impossible from the forced exit on (full int4, fixed-exit evaluation).
+  const bool backbone_rows = l < forced_exit_;
+  // One projection on both paths; the member pointers pick which of the layer's seven.
+  auto project = [&](const DeviceDense DeviceLayerDense::*dense,
+                     const Int4GpuMatrix DeviceLayerInt4::*int4, const float* x, float* y) {
+    return EnqueueProjection(backbone_rows ? &(w.*dense) : nullptr,
+                             r != nullptr ? &(r->*int4) : nullptr, x, bucket, y);
   };
 
-  if (model_.has_river()) {
+  // The exit decision after this layer needs its input; none is taken once no row can be on
+  // the backbone.
+  const bool decide = model_.has_river() && backbone_rows && l + 1 < c.n_layers;
+  if (decide) {
     ESTUARY_RETURN_IF_ERROR(CudaStatus(
         cudaMemcpyAsync(b.layer_in.get(), b.x.get(), sizeof(float) * rows * c.dim,
                         cudaMemcpyDeviceToDevice, s),
         "layer input copy"));
   }
   // Attention block; xb holds RMSNorm(x) * attn_norm (the previous layer's fused kernel).
-  ESTUARY_RETURN_IF_ERROR(
-      EnqueueProjection(w.wq, river_of(&DeviceLayerInt4::wq), b.xb.get(), bucket, b.q.get()));
-  ESTUARY_RETURN_IF_ERROR(
-      EnqueueProjection(w.wk, river_of(&DeviceLayerInt4::wk), b.xb.get(), bucket, b.k.get()));
-  ESTUARY_RETURN_IF_ERROR(
-      EnqueueProjection(w.wv, river_of(&DeviceLayerInt4::wv), b.xb.get(), bucket, b.v.get()));
+  using D = DeviceLayerDense;
+  using Q = DeviceLayerInt4;
+  ESTUARY_RETURN_IF_ERROR(project(&D::wq, &Q::wq, b.xb.get(), b.q.get()));
+  ESTUARY_RETURN_IF_ERROR(project(&D::wk, &Q::wk, b.xb.get(), b.k.get()));
+  ESTUARY_RETURN_IF_ERROR(project(&D::wv, &Q::wv, b.xb.get(), b.v.get()));
   ESTUARY_RETURN_IF_ERROR(ApplyRope(b.q.get(), c.n_heads, b.k.get(), c.n_kv_heads, c.head_dim,
                                     b.in(b.positions), rows, model_.rope_inv_freq().get(),
                                     c.rope_style, s));
@@ -273,29 +282,25 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
   attention.kv_layer = static_cast<const float*>(region.data);
   attention.n_seq = bucket;
   ESTUARY_RETURN_IF_ERROR(PagedAttentionDecode(attention, s));
-  ESTUARY_RETURN_IF_ERROR(
-      EnqueueProjection(w.wo, river_of(&DeviceLayerInt4::wo), b.att.get(), bucket, b.proj.get()));
+  ESTUARY_RETURN_IF_ERROR(project(&D::wo, &Q::wo, b.att.get(), b.proj.get()));
   const DeviceLayerNorms& norms = model_.norms(l);
   ESTUARY_RETURN_IF_ERROR(ResidualRmsNormSimilarity(b.x.get(), b.proj.get(),
                                                     norms.ffn_norm.get(), DType::kF32, rows,
                                                     c.dim, c.rms_eps, b.xb.get(),
                                                     b.similarity.get(), s));
   // MLP block (padded width: the pad rows of gate/up are zero, so silu(0) * 0 = 0 feeds down).
-  ESTUARY_RETURN_IF_ERROR(EnqueueProjection(w.w_gate, river_of(&DeviceLayerInt4::w_gate),
-                                            b.xb.get(), bucket, b.gate.get()));
-  ESTUARY_RETURN_IF_ERROR(EnqueueProjection(w.w_up, river_of(&DeviceLayerInt4::w_up), b.xb.get(),
-                                            bucket, b.up.get()));
+  ESTUARY_RETURN_IF_ERROR(project(&D::w_gate, &Q::w_gate, b.xb.get(), b.gate.get()));
+  ESTUARY_RETURN_IF_ERROR(project(&D::w_up, &Q::w_up, b.xb.get(), b.up.get()));
   ESTUARY_RETURN_IF_ERROR(
       SwiGlu(b.gate.get(), b.up.get(), rows * model_.padded_hidden(), b.gate.get(), s));
-  ESTUARY_RETURN_IF_ERROR(EnqueueProjection(w.w_down, river_of(&DeviceLayerInt4::w_down),
-                                            b.gate.get(), bucket, b.proj.get()));
+  ESTUARY_RETURN_IF_ERROR(project(&D::w_down, &Q::w_down, b.gate.get(), b.proj.get()));
   // x += down; xb = RMSNorm(x) with the next layer's attention norm (or the final norm).
   const bool last = l + 1 == c.n_layers;
   const float* next_norm = last ? model_.final_norm().get() : model_.norms(l + 1).attn_norm.get();
   ESTUARY_RETURN_IF_ERROR(ResidualRmsNormSimilarity(b.x.get(), b.proj.get(), next_norm,
                                                     DType::kF32, rows, c.dim, c.rms_eps,
                                                     b.xb.get(), b.similarity.get(), s));
-  if (!model_.has_river() || last) return absl::OkStatus();
+  if (!decide) return absl::OkStatus();
 
   // The exit decision for layer l + 1, on the device (forward_batch.cc is the CPU reference).
   const int next = l + 1;
