@@ -107,7 +107,7 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
     device.kv_cache_bytes = options.kv_cache_bytes;
     device.block_size = options.block_size;
     device.max_rows = options.device_max_rows;
-    device.decode_policy = options.exit;
+    device.policy = options.exit;
     ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStep> step,
                              CreateCudaDeviceStep(model, river, device));
     return std::unique_ptr<DecodeEngine>(new DecodeEngine(
@@ -131,8 +131,8 @@ DecodeEngine::DecodeEngine(ShardedModel& model, std::unique_ptr<ShardedModel> bo
       options_(options),
       sink_(std::move(sink)),
       device_step_(std::move(device_step)),
-      owned_pool_(std::move(pool)),
-      pool_(device_step_ != nullptr ? &device_step_->pool() : owned_pool_.get()),
+      pool_(device_step_ != nullptr ? device_step_->pool()
+                                    : std::shared_ptr<KvPool>(std::move(pool))),
       stats_(model.config().n_layers) {}
 
 // Sequences hold pages of the pool, so they go before it.
@@ -166,7 +166,7 @@ std::unique_ptr<DecodeEngine::Sequence> DecodeEngine::NewSequence(DecodeRequest 
   const bool exits = use_river_ && !request.exit_disabled;
   const float tau = exits ? request.exit_threshold.value_or(options_.exit.default_threshold) : 2.0f;
   const int64_t arrival = arrivals_.fetch_add(1);
-  return std::make_unique<Sequence>(std::move(request), pool_, arrival, tau);
+  return std::make_unique<Sequence>(std::move(request), pool_.get(), arrival, tau);
 }
 
 absl::StatusOr<DecodeEngine::Reservation> DecodeEngine::Reserve(DecodeRequest request,

@@ -33,7 +33,7 @@
 #include "core/model/llama_model.h"
 #include "core/model/river.h"
 #include "core/model/sharded_model.h"
-#include "decode/device_step.h"
+#include "core/model/device_step.h"
 #include "decode/decode_request.h"
 #include "decode/exit_stats.h"
 
@@ -154,8 +154,7 @@ class DecodeEngine {
   TokenSink sink_;
   // With cuda_device: the GPU step, which owns the pool (pool_ points into it).
   std::unique_ptr<DeviceStep> device_step_;
-  std::unique_ptr<KvPool> owned_pool_;
-  KvPool* pool_ = nullptr;  // owned_pool_ or device_step_->pool()
+  std::shared_ptr<KvPool> pool_;  // its own, or device_step_->pool()
   ExitStats stats_;
   int64_t preemptions_ = 0;
   std::atomic<int64_t> arrivals_{0};

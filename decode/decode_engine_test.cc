@@ -100,7 +100,9 @@ TEST_P(DecodeEngineGoldenTest, TensorParallelSizeTwo) {
     DecodeEngineOptions options;
     options.kv_cache_bytes = int64_t{64} << 20;
     for (const bool with_river : {false, true}) {
-      if (with_river) ASSERT_TRUE((*model)->BuildRiver(Int4QuantOptions()).ok());
+      if (with_river) {
+        ASSERT_TRUE((*model)->BuildRiver(Int4QuantOptions()).ok());
+      }
       if (!with_river && tp == 1) continue;
       options.exit.default_threshold = 0.8f;
       Collector collector;

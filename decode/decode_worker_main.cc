@@ -5,6 +5,7 @@
 //
 //   estuary-decode --model PATH [--port P] [--tensor-parallel-size N] [--river
 //                  --exit-threshold T] [--kv-cache-bytes B] [--ucx-tls tcp] [--ready-file F]
+//                  [--device cuda[:N] --kv-transport nccl]   (a CUDA build: steps on the GPU)
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,8 @@ absl::Status Run() {
   quant.group_size = absl::GetFlag(FLAGS_river_group_size);
   ESTUARY_RETURN_IF_ERROR(quant.Validate());
 
+  ESTUARY_ASSIGN_OR_RETURN(const Device device, rpc::WorkerDevice(process));
+  options.engine.cuda_device = device.is_cpu() ? -1 : device.ordinal;
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> model, rpc::LoadShardedModel(process));
   ESTUARY_RETURN_IF_ERROR(options.engine.Validate(model->config()));
   if (absl::GetFlag(FLAGS_river)) ESTUARY_RETURN_IF_ERROR(model->BuildRiver(quant));

@@ -45,6 +45,14 @@ absl::Status PrefillEngineOptions::Validate(const LlamaConfig& config) const {
     return absl::InvalidArgumentError(
         absl::StrCat("--kv-cache-bytes = ", kv_cache_bytes, " must be > 0"));
   }
+  if (cuda_device < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device = ", cuda_device, " must be >= 0 (or -1 for the CPU)"));
+  }
+  if (device_max_rows < 1 || device_max_rows > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device rows per step = ", device_max_rows, " must be in [1, 1024]"));
+  }
   if (prefill_exit) return exit.Validate(config.n_layers);
   return absl::OkStatus();
 }
@@ -60,17 +68,39 @@ absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(
   const int tp = model.tp_size();
   const KvLayout layout = KvLayout::FromConfig(config, options.block_size, tp);
   ESTUARY_RETURN_IF_ERROR(layout.Validate());
+  if (options.cuda_device >= 0) {
+    if (tp != 1) {
+      return absl::UnimplementedError(
+          "tensor parallelism on GPUs is not wired into the prefill engine yet; use TP 1");
+    }
+    DeviceStepOptions device;
+    device.device = options.cuda_device;
+    device.kv_cache_bytes = options.kv_cache_bytes;
+    device.block_size = options.block_size;
+    device.max_rows = options.device_max_rows;
+    device.policy = options.exit;
+    ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStep> step,
+                             CreateCudaDeviceStep(model.shard(0), model.river(0), device));
+    std::shared_ptr<KvPool> pool = step->pool();
+    return std::unique_ptr<PrefillEngine>(
+        new PrefillEngine(model, options, std::move(sink), std::move(pool), std::move(step)));
+  }
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<KvPool> pool,
                            KvPool::Create(layout, options.kv_cache_bytes, tp));
   ESTUARY_VLOG(1) << "prefill engine: tp " << tp << ", " << pool->num_pages() << " pages of "
                   << options.block_size << " tokens";
   return std::unique_ptr<PrefillEngine>(new PrefillEngine(
-      model, options, std::move(sink), std::shared_ptr<KvPool>(std::move(pool))));
+      model, options, std::move(sink), std::shared_ptr<KvPool>(std::move(pool)), nullptr));
 }
 
 PrefillEngine::PrefillEngine(ShardedModel& model, const PrefillEngineOptions& options,
-                             PrefillSink sink, std::shared_ptr<KvPool> pool)
-    : model_(model), options_(options), sink_(std::move(sink)), pool_(std::move(pool)) {}
+                             PrefillSink sink, std::shared_ptr<KvPool> pool,
+                             std::unique_ptr<DeviceStep> device_step)
+    : model_(model),
+      options_(options),
+      sink_(std::move(sink)),
+      device_step_(std::move(device_step)),
+      pool_(std::move(pool)) {}
 
 // Sequences hold pages of the pool, so they go before it.
 PrefillEngine::~PrefillEngine() {
@@ -225,12 +255,24 @@ absl::Status PrefillEngine::RunBatch(bool* ran) {
   std::vector<EntryOutcome> outcomes(n);
   *ran = true;
   ++steps_;
-  const absl::Status status = model_.Forward(
-      entries,
-      [&views](int rank, size_t entry) -> KvView* {
-        return &views[static_cast<size_t>(rank)][entry];
-      },
-      forward, absl::MakeSpan(logits), absl::MakeSpan(outcomes));
+  absl::Status status;
+  if (device_step_ != nullptr) {
+    std::vector<const SequenceKv*> kvs;
+    for (Sequence* s : batch) kvs.push_back(&s->kv);
+    std::function<void(int)> layer_done;
+    if (forward.on_layer_done) {
+      layer_done = [&forward](int layer) { forward.on_layer_done(0, layer); };
+    }
+    status = device_step_->Forward(entries, kvs, options_.prefill_exit, absl::MakeSpan(logits),
+                                   absl::MakeSpan(outcomes), layer_done);
+  } else {
+    status = model_.Forward(
+        entries,
+        [&views](int rank, size_t entry) -> KvView* {
+          return &views[static_cast<size_t>(rank)][entry];
+        },
+        forward, absl::MakeSpan(logits), absl::MakeSpan(outcomes));
+  }
   if (!status.ok()) {
     ESTUARY_LOG(WARNING) << "prefill step over " << n << " chunks failed: " << status;
     for (Sequence* s : batch) {

@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "core/common/request_inbox.h"
 #include "core/kvcache/kv_pool.h"
+#include "core/model/device_step.h"
 #include "core/model/exit_policy.h"
 #include "core/model/sharded_model.h"
 #include "prefill/prefill_request.h"
@@ -49,6 +50,11 @@ struct PrefillEngineOptions {
   // decides per chunk, independently of the other chunks in the step.
   bool prefill_exit = false;
   ExitPolicy exit = {.rule = ExitRule::kSplit};
+  // >= 0: run the forward steps on this CUDA device (core/model/device_step.h), TP 1, with the
+  // pool in GPU memory (its pages then move over the NCCL transport); a CUDA build only. The
+  // LayerReady events of a step come together once the step's last layer is done. -1: CPU.
+  int cuda_device = -1;
+  int device_max_rows = 256;  // prompt rows per device step (CUDA graph buckets up to this)
 
   // INVALID_ARGUMENT naming the flag.
   absl::Status Validate(const LlamaConfig& config) const;
@@ -97,7 +103,7 @@ class PrefillEngine {
   struct Sequence;
 
   PrefillEngine(ShardedModel& model, const PrefillEngineOptions& options, PrefillSink sink,
-                std::shared_ptr<KvPool> pool);
+                std::shared_ptr<KvPool> pool, std::unique_ptr<DeviceStep> device_step);
 
   void DrainInbox();
   void ExpireDeadlines();
@@ -109,6 +115,8 @@ class PrefillEngine {
   ShardedModel& model_;
   const PrefillEngineOptions options_;
   const PrefillSink sink_;
+  // With cuda_device: the GPU step (it made pool_).
+  std::unique_ptr<DeviceStep> device_step_;
   // Shared with every PrefillDone event (which may outlive the engine); declared before the
   // sequences, which hold its pages.
   std::shared_ptr<KvPool> pool_;

@@ -558,3 +558,26 @@ TEST(BenchPrefillTest, MeasuresPrefillAndTheGemmsOnATinyModel) {
 
 }  // namespace
 }  // namespace estuary
+
+namespace estuary {
+namespace {
+
+// Asking for a GPU engine fails cleanly where there is none: UNIMPLEMENTED in a build without
+// CUDA, UNAVAILABLE in a CUDA build on a machine without that device.
+TEST(PrefillEngineDeviceTest, GpuEngineWithoutGpuFailsCleanly) {
+  auto model = LoadSharded("stories260K", 1);
+  ASSERT_NE(model, nullptr);
+  PrefillEngineOptions options;
+  options.cuda_device = 7;
+  auto engine = PrefillEngine::Create(*model, options, {});
+  ASSERT_FALSE(engine.ok());
+  EXPECT_TRUE(engine.status().code() == absl::StatusCode::kUnimplemented ||
+              engine.status().code() == absl::StatusCode::kUnavailable)
+      << engine.status();
+  options.cuda_device = -3;
+  EXPECT_EQ(PrefillEngine::Create(*model, options, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace estuary

@@ -22,6 +22,8 @@ absl::Status Run() {
   options.engine.block_size = absl::GetFlag(FLAGS_block_size);
   options.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   options.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  ESTUARY_ASSIGN_OR_RETURN(const Device device, rpc::WorkerDevice(process));
+  options.engine.cuda_device = device.is_cpu() ? -1 : device.ordinal;
 
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> model, rpc::LoadShardedModel(process));
   ESTUARY_RETURN_IF_ERROR(options.engine.Validate(model->config()));

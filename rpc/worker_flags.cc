@@ -18,6 +18,10 @@ ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{256} << 20, "KV pool bytes over all T
 ABSL_FLAG(int, block_size, 16, "token slots per KV page (prefill and decode must agree)");
 ABSL_FLAG(int, max_num_seqs, 64, "sequences admitted at once");
 ABSL_FLAG(int, max_num_batched_tokens, 512, "prompt tokens per forward step");
+ABSL_FLAG(std::string, device, "cpu",
+          "where the engine runs: cpu, or cuda / cuda:N (estuary-decode in a CUDA build)");
+ABSL_FLAG(std::string, kv_transport, "ucx",
+          "KV page transport: ucx (host memory) or nccl (GPU memory; needs --device cuda)");
 ABSL_FLAG(int, metrics_port, -1,
           "Prometheus /metrics HTTP port on --host; -1 = off, 0 = any free port");
 
@@ -35,6 +39,8 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags() {
   options.ready_file = absl::GetFlag(FLAGS_ready_file);
   options.router = absl::GetFlag(FLAGS_router);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.device = absl::GetFlag(FLAGS_device);
+  options.kv_transport = absl::GetFlag(FLAGS_kv_transport);
   return options;
 }
 

@@ -11,6 +11,7 @@
 #include "core/common/logging.h"
 #include "core/common/status_macros.h"
 #include "core/model/model_loader.h"
+#include "kvtransfer/nccl_transport.h"
 #include "kvtransfer/ucx_transport.h"
 #include "router/registration_client.h"
 #include "rpc/grpc_server.h"
@@ -31,7 +32,23 @@ absl::Status ValidateWorkerProcessOptions(const WorkerProcessOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tensor-parallel-size = ", options.tp_size, " outside [1, 64]"));
   }
+  ESTUARY_ASSIGN_OR_RETURN(const Device device, WorkerDevice(options));
+  if (options.kv_transport != "ucx" && options.kv_transport != "nccl") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-transport = '", options.kv_transport, "': expected ucx or nccl"));
+  }
+  // KV lives where the engine runs: host pools move over UCX, GPU pools over NCCL.
+  if (device.is_cpu() != (options.kv_transport == "ucx")) {
+    return absl::InvalidArgumentError(
+        device.is_cpu() ? "--kv-transport nccl moves KV between GPUs: it needs --device cuda"
+                        : "--device cuda keeps the KV pool in GPU memory: it needs "
+                          "--kv-transport nccl");
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Device> WorkerDevice(const WorkerProcessOptions& options) {
+  return ParseDevice(options.device);
 }
 
 std::string DefaultModelId(const std::string& model_path) {
@@ -77,7 +94,16 @@ absl::StatusOr<std::unique_ptr<kvtransfer::Transport>> CreateTransport(
   ucx.tls = options.ucx_tls;
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::UcxTransport> transport,
                            kvtransfer::UcxTransport::Create(ucx));
-  return std::unique_ptr<kvtransfer::Transport>(std::move(transport));
+  if (options.kv_transport != "nccl") {
+    return std::unique_ptr<kvtransfer::Transport>(std::move(transport));
+  }
+  // NCCL moves the pages; the UCX transport carries its control messages.
+  ESTUARY_ASSIGN_OR_RETURN(const Device device, WorkerDevice(options));
+  kvtransfer::NcclTransportOptions nccl;
+  nccl.device = device.ordinal;
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::NcclTransport> nccl_transport,
+                           kvtransfer::NcclTransport::Create(std::move(transport), nccl));
+  return std::unique_ptr<kvtransfer::Transport>(std::move(nccl_transport));
 }
 
 estuary::v1::WorkerInfo MakeWorkerInfo(estuary::v1::WorkerRole role, const std::string& address,

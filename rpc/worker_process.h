@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/backend/backend.h"
 #include "core/kvcache/kv_pool.h"
 #include "core/model/sharded_model.h"
 #include "estuary/v1/worker.pb.h"
@@ -27,10 +28,18 @@ struct WorkerProcessOptions {
   std::string ready_file;  // written with "host:port\n" once serving
   std::string router;      // the router's host:port to register with; empty: none
   int metrics_port = -1;   // Prometheus /metrics HTTP port; -1: off, 0: any free port
+  // --device: "cpu", or "cuda[:N]" to run the engine's steps on that GPU (estuary-decode, a CUDA
+  // build); parsed by ValidateWorkerProcessOptions / WorkerDevice.
+  std::string device = "cpu";
+  // --kv-transport: "ucx" (host memory, tcp / shared memory / RDMA) or "nccl" (GPU memory to GPU
+  // memory, with UCX carrying the control messages; needs --device cuda).
+  std::string kv_transport = "ucx";
 };
 
 // INVALID_ARGUMENT naming the flag.
 absl::Status ValidateWorkerProcessOptions(const WorkerProcessOptions& options);
+// The parsed --device (INVALID_ARGUMENT for a bad spelling).
+absl::StatusOr<Device> WorkerDevice(const WorkerProcessOptions& options);
 // The default model id: the model folder's last path component.
 std::string DefaultModelId(const std::string& model_path);
 

@@ -20,6 +20,7 @@
 #include "estuary/v1/worker.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/e2e/cluster.h"
 #include "tests/testing/golden_cases.h"
 #include "tests/testing/subprocess.h"
 
@@ -28,132 +29,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::estuary::testing::BinaryPath;
+using ::estuary::testing::Cluster;
+using ::estuary::testing::ClusterSpec;
+using ::estuary::testing::Generate;
+using ::estuary::testing::Generated;
+using ::estuary::testing::Spec;
 using ::estuary::testing::GoldenCase;
-
-std::string TempPath(const std::string& name) {
-  return (fs::temp_directory_path() / absl::StrCat("estuary-e2e-", ::getpid(), "-", name)).string();
-}
-
-using Process = ServingProcess;
-
-Process Start(const std::string& binary, const std::string& name, std::vector<std::string> flags) {
-  flags.insert(flags.begin(), {"--port", "0"});
-  auto started = StartServing(BinaryPath(binary), flags, TempPath(name), absl::Seconds(60));
-  EXPECT_TRUE(started.ok()) << started.status();
-  return started.ok() ? std::move(*started) : Process();
-}
-
-// The golden runs generated 200 tokens or up to the context (256 for stories12L); the router,
-// like vLLM, refuses a max_tokens that does not fit, so the tests ask for what fits.
-int FittingMaxTokens(const std::vector<int32_t>& prompt, int context, int wanted = 200) {
-  return std::min(wanted, context - static_cast<int>(prompt.size()));
-}
-
-estuary::v1::GenerateRequest GreedyIds(const std::vector<int32_t>& prompt, int max_tokens) {
-  estuary::v1::GenerateRequest request;
-  for (int32_t t : prompt) request.mutable_tokens()->add_ids(t);
-  request.mutable_sampling()->set_temperature(0.0f);
-  request.mutable_sampling()->set_max_tokens(max_tokens);
-  return request;
-}
-
-struct ClusterSpec {
-  std::string model = "stories12L";
-  int prefill = 1, decode = 1, tp_prefill = 1, tp_decode = 1;
-  std::vector<std::string> router_flags;
-};
-void PrintTo(const ClusterSpec& s, std::ostream* os) {
-  *os << s.model << " " << s.prefill << "P(TP" << s.tp_prefill << ") " << s.decode << "D(TP"
-      << s.tp_decode << ")";
-}
-
-// A router and its workers; the destructor kills what is left.
-class Cluster {
- public:
-  explicit Cluster(const ClusterSpec& spec) : spec_(spec) {
-    const std::string model = ::estuary::testing::GoldenModelDir(spec.model);
-    std::vector<std::string> router_flags = {"--model", model};
-    router_flags.insert(router_flags.end(), spec.router_flags.begin(), spec.router_flags.end());
-    router_ = Start("router/estuary-router", "router", router_flags);
-    for (int i = 0; i < spec.decode + spec.prefill; ++i) {
-      const bool decode = i < spec.decode;
-      workers_.push_back(Start(
-          decode ? "decode/estuary-decode" : "prefill/estuary-prefill",
-          absl::StrCat(decode ? "decode" : "prefill", i),
-          {"--model", model, "--router", router_.address, "--ucx-tls", "tcp",
-           "--tensor-parallel-size", std::to_string(decode ? spec.tp_decode : spec.tp_prefill),
-           "--kv-cache-bytes", "33554432"}));
-    }
-    stub_ = estuary::v1::Inference::NewStub(
-        grpc::CreateChannel(router_.address, grpc::InsecureChannelCredentials()));
-    WaitUntilRegistered();
-  }
-
-  estuary::v1::Inference::Stub& stub() { return *stub_; }
-  // A greedy request for `prompt` with as many new tokens as the golden runs had.
-  estuary::v1::GenerateRequest Greedy(const std::vector<int32_t>& prompt, int wanted = 200) const {
-    return GreedyIds(prompt, FittingMaxTokens(prompt, context_, wanted));
-  }
-  Process& decode(int i) { return workers_[static_cast<size_t>(i)]; }
-  Process& prefill(int i) { return workers_[static_cast<size_t>(spec_.decode + i)]; }
-  std::string Logs() {
-    std::string all = "router:\n" + router_.process->Log();
-    for (Process& w : workers_) all += "\nworker " + w.address + ":\n" + w.process->Log();
-    return all;
-  }
-
- private:
-  void WaitUntilRegistered() {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (absl::Now() < deadline) {
-      grpc::ClientContext context;
-      estuary::v1::ModelInfo info;
-      if (stub_->GetModelInfo(&context, {}, &info).ok() && info.decode_tp_size() > 0 &&
-          (spec_.prefill == 0 || info.prefill_tp_size() > 0)) {
-        context_ = info.context_length();
-        return;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    ADD_FAILURE() << "workers did not register:\n" << Logs();
-  }
-
-  ClusterSpec spec_;
-  Process router_;
-  std::vector<Process> workers_;
-  std::unique_ptr<estuary::v1::Inference::Stub> stub_;
-  int context_ = 0;
-};
-
-struct Generated {
-  grpc::Status status;
-  std::vector<int32_t> ids;
-  std::string text;
-  estuary::v1::Complete complete;
-};
-
-Generated Generate(estuary::v1::Inference::Stub& stub, const estuary::v1::GenerateRequest& request,
-              grpc::ClientContext* context = nullptr) {
-  grpc::ClientContext local;
-  if (context == nullptr) {
-    context = &local;
-    context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-  }
-  auto reader = stub.Generate(context, request);
-  Generated out;
-  estuary::v1::GenerateResponse response;
-  while (reader->Read(&response)) {
-    if (response.has_chunk()) {
-      out.ids.insert(out.ids.end(), response.chunk().token_ids().begin(),
-                     response.chunk().token_ids().end());
-      out.text += response.chunk().text();
-    } else if (response.has_complete()) {
-      out.complete = response.complete();
-    }
-  }
-  out.status = reader->Finish();
-  return out;
-}
+using ::estuary::testing::GreedyIds;
+using ::estuary::testing::TempPath;
 
 class ClusterGoldenTest : public ::testing::TestWithParam<ClusterSpec> {};
 
@@ -178,15 +61,15 @@ std::string SpecName(const ::testing::TestParamInfo<ClusterSpec>& info) {
 
 INSTANTIATE_TEST_SUITE_P(
     Topologies, ClusterGoldenTest,
-    ::testing::Values(ClusterSpec{"stories260K", 1, 1, 1, 1, {}},
-                      ClusterSpec{"stories12L", 1, 1, 1, 1, {}},
-                      ClusterSpec{"stories12L", 2, 2, 1, 1, {}},
-                      ClusterSpec{"stories12L", 1, 1, 2, 1, {}}),
+    ::testing::Values(Spec("stories260K", 1, 1, 1, 1),
+                      Spec("stories12L", 1, 1, 1, 1),
+                      Spec("stories12L", 2, 2, 1, 1),
+                      Spec("stories12L", 1, 1, 2, 1)),
     SpecName);
 
 // Text in, text out: the golden completion text, and the same ids with local prefill.
 TEST(ClusterTest, TextPromptAndLocalPrefillGiveTheGoldenCompletion) {
-  Cluster cluster(ClusterSpec{"stories12L", 1, 1, 1, 1, {"--local-prefill-max-tokens", "8"}});
+  Cluster cluster(Spec("stories12L", 1, 1, 1, 1, {"--local-prefill-max-tokens", "8"}));
   for (const GoldenCase& c : ::estuary::testing::LoadGoldenCases("stories12L")) {
     if (c.prompt.empty()) continue;  // empty text is refused; token input covers BOS alone
     estuary::v1::GenerateRequest request = cluster.Greedy(c.prompt_ids);
@@ -201,7 +84,7 @@ TEST(ClusterTest, TextPromptAndLocalPrefillGiveTheGoldenCompletion) {
 
 // 32 concurrent streams over two prefill and two decode workers all finish with golden ids.
 TEST(ClusterTest, ThirtyTwoConcurrentStreams) {
-  Cluster cluster(ClusterSpec{"stories12L", 2, 2, 1, 1, {}});
+  Cluster cluster(Spec("stories12L", 2, 2, 1, 1));
   const std::vector<GoldenCase> cases = ::estuary::testing::LoadGoldenCases("stories12L");
   std::vector<Generated> results(32);
   std::vector<std::thread> clients;
@@ -229,7 +112,7 @@ int FreePages(const std::string& address, bool decode) {
 
 // A stream the client cancels after its first chunk frees its pages on both workers.
 TEST(ClusterTest, ACancelledStreamFreesItsPagesOnBothWorkers) {
-  Cluster cluster(ClusterSpec{"stories12L", 1, 1, 1, 1, {}});
+  Cluster cluster(Spec("stories12L", 1, 1, 1, 1));
   const int decode_free = FreePages(cluster.decode(0).address, true);
   const int prefill_free = FreePages(cluster.prefill(0).address, false);
   grpc::ClientContext context;
@@ -254,7 +137,7 @@ TEST(ClusterTest, ACancelledStreamFreesItsPagesOnBothWorkers) {
 // SIGKILL of a decode worker: its streams end UNAVAILABLE within 2 s; new requests go to the
 // surviving one.
 TEST(ClusterTest, AKilledDecodeWorkerEndsItsStreamsAndOthersCarryOn) {
-  Cluster cluster(ClusterSpec{"stories12L", 1, 2, 1, 1, {"--policy", "round_robin"}});
+  Cluster cluster(Spec("stories12L", 1, 2, 1, 1, {"--policy", "round_robin"}));
   const std::vector<GoldenCase> cases = ::estuary::testing::LoadGoldenCases("stories12L");
   constexpr int kStreams = 4;
   std::vector<grpc::ClientContext> contexts(kStreams);
@@ -295,7 +178,7 @@ TEST(ClusterTest, AKilledDecodeWorkerEndsItsStreamsAndOthersCarryOn) {
 
 // Bad requests are refused with INVALID_ARGUMENT naming the limit.
 TEST(ClusterTest, InvalidRequestsNameTheLimit) {
-  Cluster cluster(ClusterSpec{"stories260K", 1, 1, 1, 1, {}});
+  Cluster cluster(Spec("stories260K", 1, 1, 1, 1));
   struct Case {
     std::string what;
     estuary::v1::GenerateRequest request;

@@ -139,7 +139,7 @@ TEST(GoldenBf16Test, ShareOfIdenticalTokens) {
     const double share = static_cast<double>(same) / static_cast<double>(total);
     std::printf("bf16 %s: %zu of %zu golden tokens identical (%.1f%%), %zu before the first "
                 "divergence (%.1f%%)\n",
-                model, same, total, 100.0 * share, prefix_same,
+                model.c_str(), same, total, 100.0 * share, prefix_same,
                 100.0 * static_cast<double>(prefix_same) / static_cast<double>(total));
     RecordProperty(absl::StrCat(model, "_bf16_identical_share"), absl::StrCat(share));
     // A broken bf16 path (wrong widening, wrong rounding) lands near zero.

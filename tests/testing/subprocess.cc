@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,11 @@
 namespace estuary::testing {
 
 std::string BinaryPath(const std::string& relative) {
+  // ESTUARY_BINARY_DIR in the environment points at a build carried elsewhere (the GPU check's
+  // bundle, tests/gpu/run.sh); otherwise the build folder these tests were compiled in.
+  if (const char* dir = std::getenv("ESTUARY_BINARY_DIR"); dir != nullptr && *dir != '\0') {
+    return absl::StrCat(dir, "/", relative);
+  }
   return absl::StrCat(ESTUARY_BINARY_DIR, "/", relative);
 }
 

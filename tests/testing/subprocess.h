@@ -20,7 +20,8 @@ struct ProcessResult {
 absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
                                          absl::Duration timeout = absl::Minutes(5));
 
-// Path of a binary built by this project, e.g. BinaryPath("cli/estuary").
+// Path of a binary built by this project, e.g. BinaryPath("cli/estuary"): under $ESTUARY_BINARY_DIR
+// when set, else under the build folder the test was compiled in.
 std::string BinaryPath(const std::string& relative);
 
 }  // namespace estuary::testing

@@ -81,6 +81,45 @@ GenerateResult CpuGenerate(const LlamaModel& model, const River* river, const Ex
   return result.ok() ? *result : GenerateResult{};
 }
 
+// Runs `prompt` and then the CPU's completion on the device (teacher forcing): result i is the
+// step that, on the CPU, produced completion token i. One near-tie or near-threshold flip then
+// cannot change every later input.
+std::vector<DeviceRowResult> TeacherForced(DeviceDecoder& decoder,
+                                           const std::vector<int32_t>& prompt,
+                                           const std::vector<int32_t>& completion,
+                                           float threshold) {
+  std::vector<DeviceRowResult> results(completion.size());
+  auto seq = decoder.AddSequence();
+  EXPECT_TRUE(seq.ok());
+  if (!seq.ok() || completion.empty()) return {};
+  const absl::Status prefilled = decoder.Prefill(*seq, prompt, 0, threshold, results[0]);
+  EXPECT_TRUE(prefilled.ok()) << prefilled;
+  for (size_t i = 1; prefilled.ok() && i < completion.size(); ++i) {
+    const DeviceRow row{*seq, completion[i - 1],
+                        static_cast<int32_t>(prompt.size() + i - 1), threshold};
+    const absl::Status stepped = decoder.Step({&row, 1}, {&results[i], 1});
+    EXPECT_TRUE(stepped.ok()) << stepped;
+    if (!stepped.ok()) break;
+  }
+  decoder.ReleaseSequence(*seq);
+  return results;
+}
+
+// How many results agree with the CPU's tokens and backbone layers.
+struct Agreement {
+  int tokens = 0;
+  int layers = 0;
+};
+Agreement Compare(const std::vector<DeviceRowResult>& gpu, const GenerateResult& cpu) {
+  Agreement a;
+  for (size_t i = 0; i < gpu.size() && i < cpu.completion_ids.size(); ++i) {
+    a.tokens += gpu[i].next_token == cpu.completion_ids[i];
+    a.layers += i < cpu.backbone_layers.size() &&
+                gpu[i].backbone_layers == cpu.backbone_layers[i];
+  }
+  return a;
+}
+
 class DeviceGoldenTest : public ::testing::TestWithParam<GoldenCase> {};
 
 // f32 weights on the device give the golden greedy ids of every case (both models), through the
@@ -183,56 +222,50 @@ class RiverDeviceTest : public ::testing::Test {
   std::vector<GoldenCase> cases_;
 };
 
-// The river at a fixed exit (every token leaves after 4 backbone layers) and fully on int4
-// gives the CPU river's ids; the backbone layers are exactly the forced ones.
+// The river at a fixed exit (every token leaves after 4 backbone layers) and fully on int4:
+// every step runs exactly the forced backbone layers, and the greedy tokens are the CPU river's
+// (all but at most one of 16: the CPU int4 kernel rounds activations to 16 bits, the GPU one
+// does not, which may move a near-tie).
 TEST_F(RiverDeviceTest, FixedExitMatchesCpu) {
+  constexpr int kTokens = 16;
+  const std::vector<int32_t>& prompt = cases_[0].prompt_ids;
   for (int exit_after : {4, 0}) {
     ExitPolicy policy;
     policy.max_backbone_layers = exit_after;
     auto decoder = MakeDecoder(*device_, 16, policy);
     ASSERT_NE(decoder, nullptr);
-    // f32 activations meet int4 weights in a different order on the GPU (int4_matmul.h), so
-    // compare a prefix long enough to cover many exits but short enough to stay off near-ties.
-    constexpr int kTokens = 16;
-    auto gpu = GenerateOnDevice(*decoder, cases_[0].prompt_ids, kTokens, 2.0f);
-    ASSERT_TRUE(gpu.ok()) << gpu.status();
     const GenerateResult cpu =
-        CpuGenerate(*model_, river_.get(), policy, cases_[0].prompt_ids, kTokens, 2.0f);
-    EXPECT_EQ(gpu->completion_ids, cpu.completion_ids) << "exit after " << exit_after;
-    for (int layers : gpu->backbone_layers) EXPECT_EQ(layers, exit_after);
+        CpuGenerate(*model_, river_.get(), policy, prompt, kTokens, 2.0f);
+    const std::vector<DeviceRowResult> gpu =
+        TeacherForced(*decoder, prompt, cpu.completion_ids, 2.0f);
+    ASSERT_EQ(gpu.size(), static_cast<size_t>(kTokens));
+    for (const DeviceRowResult& r : gpu) EXPECT_EQ(r.backbone_layers, exit_after);
+    EXPECT_GE(Compare(gpu, cpu).tokens, kTokens - 1) << "exit after " << exit_after;
   }
 }
 
-// With a threshold the exit decision taken on the device agrees with the CPU's on most steps and
-// really moves tokens onto the river.
+// With a threshold, the exit decision taken on the device agrees with the CPU's on at least 90%
+// of the steps, tokens really exit, and at least 90% of the greedy tokens are the CPU's.
 TEST_F(RiverDeviceTest, ThresholdExitsLikeCpu) {
   ExitPolicy policy;  // batch-min rule, exits considered after 1 layer
   auto decoder = MakeDecoder(*device_, 16, policy);
   ASSERT_NE(decoder, nullptr);
   constexpr int kTokens = 32;
   constexpr float kThreshold = 0.8f;
-  auto gpu = GenerateOnDevice(*decoder, cases_[0].prompt_ids, kTokens, kThreshold);
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  const GenerateResult cpu =
-      CpuGenerate(*model_, river_.get(), policy, cases_[0].prompt_ids, kTokens, kThreshold);
-  ASSERT_EQ(cpu.backbone_layers.size(), gpu->backbone_layers.size());
-  int same = 0, exited = 0;
-  for (size_t i = 0; i < gpu->backbone_layers.size(); ++i) {
-    same += gpu->backbone_layers[i] == cpu.backbone_layers[i];
-    exited += gpu->backbone_layers[i] < model_->config().n_layers;
-  }
+  const std::vector<int32_t>& prompt = cases_[0].prompt_ids;
+  const GenerateResult cpu = CpuGenerate(*model_, river_.get(), policy, prompt, kTokens, kThreshold);
+  ASSERT_EQ(cpu.completion_ids.size(), static_cast<size_t>(kTokens));
+  const std::vector<DeviceRowResult> gpu =
+      TeacherForced(*decoder, prompt, cpu.completion_ids, kThreshold);
+  ASSERT_EQ(gpu.size(), static_cast<size_t>(kTokens));
+  int exited = 0;
+  for (const DeviceRowResult& r : gpu) exited += r.backbone_layers < model_->config().n_layers;
   EXPECT_GT(exited, 0) << "no token left the backbone at threshold " << kThreshold;
-  EXPECT_GE(same * 10, static_cast<int>(gpu->backbone_layers.size()) * 9)
-      << same << " of " << gpu->backbone_layers.size() << " steps agree with the CPU";
-  // Until the first disagreement the tokens must be the CPU's.
-  size_t agree = 0;
-  while (agree < gpu->backbone_layers.size() &&
-         gpu->backbone_layers[agree] == cpu.backbone_layers[agree]) {
-    ++agree;
-  }
-  for (size_t i = 0; i < agree && i < cpu.completion_ids.size(); ++i) {
-    EXPECT_EQ(gpu->completion_ids[i], cpu.completion_ids[i]) << "token " << i;
-  }
+  const Agreement agree = Compare(gpu, cpu);
+  EXPECT_GE(agree.layers * 10, kTokens * 9) << agree.layers << " of " << kTokens
+                                            << " steps exit where the CPU's do";
+  EXPECT_GE(agree.tokens * 10, kTokens * 9) << agree.tokens << " of " << kTokens
+                                            << " greedy tokens are the CPU's";
 }
 
 // bf16 weights on the device against bf16 weights on the CPU.

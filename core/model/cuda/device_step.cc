@@ -1,4 +1,4 @@
-// CreateCudaDeviceStep with ESTUARY_CUDA: the engine's steps on DeviceDecoder (core/model/cuda).
+// CreateCudaDeviceStep with ESTUARY_CUDA: an engine's steps on DeviceDecoder.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include "core/kvcache/kv_layout.h"
 #include "core/model/cuda/device_decoder.h"
 #include "core/model/cuda/device_model.h"
-#include "decode/device_step.h"
+#include "core/model/device_step.h"
 
 namespace estuary {
 namespace {
@@ -31,33 +31,38 @@ class CudaDeviceStep final : public DeviceStep {
     step->device_ = options.device;
     ESTUARY_ASSIGN_OR_RETURN(step->model_, cuda::DeviceModel::Create(model, river));
     ESTUARY_ASSIGN_OR_RETURN(
-        step->pool_, KvPool::Create(KvLayout::FromConfig(model.config(), options.block_size),
-                                    options.kv_cache_bytes, 1, cuda::DeviceKvRegionAllocator()));
+        std::unique_ptr<KvPool> pool,
+        KvPool::Create(KvLayout::FromConfig(model.config(), options.block_size),
+                       options.kv_cache_bytes, 1, cuda::DeviceKvRegionAllocator()));
+    step->pool_ = std::move(pool);
     cuda::DeviceDecoderOptions decoder;
     decoder.max_rows = options.max_rows;
     decoder.block_size = options.block_size;
     decoder.max_seq_len = model.config().max_seq_len;
     decoder.shared_pool = step->pool_.get();
-    // Prefill: the default policy (no exit unless layers are not resident), as the CPU engine.
-    ESTUARY_ASSIGN_OR_RETURN(step->prefill_, cuda::DeviceDecoder::Create(*step->model_, decoder));
-    decoder.policy = options.decode_policy;
-    ESTUARY_ASSIGN_OR_RETURN(step->decode_, cuda::DeviceDecoder::Create(*step->model_, decoder));
+    // The default policy: no exit (every backbone layer is resident on the device).
+    ESTUARY_ASSIGN_OR_RETURN(step->no_exit_, cuda::DeviceDecoder::Create(*step->model_, decoder));
+    decoder.policy = options.policy;
+    ESTUARY_ASSIGN_OR_RETURN(step->with_policy_,
+                             cuda::DeviceDecoder::Create(*step->model_, decoder));
     step->vocab_ = static_cast<size_t>(model.config().vocab_size);
+    step->n_layers_ = model.config().n_layers;
     return step;
   }
 
   ~CudaDeviceStep() override { cudaSetDevice(device_); }
 
-  KvPool& pool() override { return *pool_; }
+  std::shared_ptr<KvPool> pool() override { return pool_; }
 
   absl::Status Forward(absl::Span<const BatchEntry> entries,
-                       absl::Span<const SequenceKv* const> kvs, bool decode,
-                       absl::Span<float> logits, absl::Span<EntryOutcome> outcomes) override {
+                       absl::Span<const SequenceKv* const> kvs, bool with_policy,
+                       absl::Span<float> logits, absl::Span<EntryOutcome> outcomes,
+                       const std::function<void(int layer)>& on_layer_done) override {
     if (kvs.size() != entries.size() || outcomes.size() != entries.size()) {
       return absl::InvalidArgumentError("one sequence and one outcome per entry");
     }
     ESTUARY_RETURN_IF_ERROR(cuda::CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
-    cuda::DeviceDecoder& decoder = decode ? *decode_ : *prefill_;
+    cuda::DeviceDecoder& decoder = with_policy ? *with_policy_ : *no_exit_;
     const size_t max_rows = static_cast<size_t>(decoder.max_rows());
     // Rows of all entries in order, cut into device steps of at most max_rows rows; an entry
     // longer than that spans several steps (its KV is written before the next one reads it).
@@ -105,7 +110,11 @@ class CudaDeviceStep final : public DeviceStep {
         origins.push_back({e, t + 1 == entry.tokens.size()});
       }
     }
-    return flush();
+    ESTUARY_RETURN_IF_ERROR(flush());
+    if (on_layer_done) {
+      for (int layer = 0; layer < n_layers_; ++layer) on_layer_done(layer);
+    }
+    return absl::OkStatus();
   }
 
  private:
@@ -113,10 +122,13 @@ class CudaDeviceStep final : public DeviceStep {
 
   int device_ = 0;
   size_t vocab_ = 0;
+  int n_layers_ = 0;
   std::unique_ptr<cuda::DeviceModel> model_;
-  std::unique_ptr<KvPool> pool_;  // shared by both decoders, destroyed after them
-  std::unique_ptr<cuda::DeviceDecoder> prefill_;
-  std::unique_ptr<cuda::DeviceDecoder> decode_;
+  // Shared by both decoders and by the engine's consumers. Its regions are freed when the last
+  // holder lets go; the decoders only borrow it and go first.
+  std::shared_ptr<KvPool> pool_;
+  std::unique_ptr<cuda::DeviceDecoder> no_exit_;
+  std::unique_ptr<cuda::DeviceDecoder> with_policy_;
 };
 
 }  // namespace

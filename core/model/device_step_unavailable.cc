@@ -1,5 +1,5 @@
 // CreateCudaDeviceStep in a build without ESTUARY_CUDA.
-#include "decode/device_step.h"
+#include "core/model/device_step.h"
 
 namespace estuary {
 

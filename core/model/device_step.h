@@ -1,16 +1,19 @@
 #pragma once
-// DeviceStep: the decode engine's forward steps on a GPU (DecodeEngineOptions::cuda_device).
+// DeviceStep: an engine's forward steps on a GPU (DecodeEngineOptions::cuda_device,
+// PrefillEngineOptions::cuda_device), in place of ShardedModel::Forward on CPU ranks.
 //
 // It owns the model's device copy (core/model/cuda) and the KV pool, whose page bookkeeping stays
 // on the host and whose layer regions are GPU memory. The engine keeps scheduling exactly as on
 // the CPU: its sequences are SequenceKv over pool(), it reserves their pages, and it samples on
-// the host from the logits Forward returns. Prefill entries (τ above 1) and decode entries run on
-// two device decoders that share the pool: prefill under the default exit policy, decode under
-// the engine's, as the CPU engine does.
+// the host from the logits Forward returns. Steps run on one of two device decoders that share
+// the pool: one under the default exit policy (no exit: the decode engine's prefill), one under
+// the engine's policy (the decode engine's decode steps, the prefill engine's prefill_exit).
 //
-// Built for real only with ESTUARY_CUDA; otherwise CreateCudaDeviceStep is UNIMPLEMENTED.
+// Built for real only with ESTUARY_CUDA (target estuary::device_step); otherwise
+// CreateCudaDeviceStep is UNIMPLEMENTED.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -27,13 +30,17 @@ namespace estuary {
 class DeviceStep {
  public:
   virtual ~DeviceStep() = default;
-  virtual KvPool& pool() = 0;
+  // Shared so that consumers (a KV push in flight) can keep it alive, as the CPU engines' pools.
+  virtual std::shared_ptr<KvPool> pool() = 0;
   // One forward step, as ShardedModel::Forward on one rank: kvs[i] holds entries[i]'s pages
-  // (reserved up to its last position); `decode` picks the engine's exit policy (else prefill's).
-  // logits: vocab floats per entry with want_logits, in entry order.
+  // (reserved up to its last position); `with_policy` runs it under the engine's exit policy,
+  // otherwise with no exit. logits: vocab floats per entry with want_logits, in entry order.
+  // `on_layer_done(layer)`, when set, is called for every layer in order once the step's KV is in
+  // the pool (after the whole step: the device runs the layers back to back).
   virtual absl::Status Forward(absl::Span<const BatchEntry> entries,
-                               absl::Span<const SequenceKv* const> kvs, bool decode,
-                               absl::Span<float> logits, absl::Span<EntryOutcome> outcomes) = 0;
+                               absl::Span<const SequenceKv* const> kvs, bool with_policy,
+                               absl::Span<float> logits, absl::Span<EntryOutcome> outcomes,
+                               const std::function<void(int layer)>& on_layer_done = nullptr) = 0;
 };
 
 struct DeviceStepOptions {
@@ -41,7 +48,7 @@ struct DeviceStepOptions {
   int64_t kv_cache_bytes = 0;
   int block_size = 16;
   int max_rows = 64;              // rows per device step; longer prefills run in several
-  ExitPolicy decode_policy;       // the engine's exit policy
+  ExitPolicy policy;              // the engine's exit policy
 };
 
 // UNIMPLEMENTED in a build without CUDA; UNAVAILABLE when the device does not exist;

@@ -1,0 +1,127 @@
+#include "tests/e2e/cluster.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/golden_cases.h"
+#include "tests/testing/subprocess.h"
+
+namespace estuary::testing {
+
+namespace fs = std::filesystem;
+
+std::string TempPath(const std::string& name) {
+  return (fs::temp_directory_path() / absl::StrCat("estuary-e2e-", ::getpid(), "-", name)).string();
+}
+
+ServingProcess StartWorker(const std::string& binary, const std::string& name,
+                           std::vector<std::string> flags) {
+  flags.insert(flags.begin(), {"--port", "0"});
+  auto started = StartServing(BinaryPath(binary), flags, TempPath(name), absl::Seconds(60));
+  EXPECT_TRUE(started.ok()) << started.status();
+  return started.ok() ? std::move(*started) : ServingProcess();
+}
+
+int FittingMaxTokens(const std::vector<int32_t>& prompt, int context, int wanted) {
+  return std::min(wanted, context - static_cast<int>(prompt.size()));
+}
+
+estuary::v1::GenerateRequest GreedyIds(const std::vector<int32_t>& prompt, int max_tokens) {
+  estuary::v1::GenerateRequest request;
+  for (int32_t t : prompt) request.mutable_tokens()->add_ids(t);
+  request.mutable_sampling()->set_temperature(0.0f);
+  request.mutable_sampling()->set_max_tokens(max_tokens);
+  return request;
+}
+
+void PrintTo(const ClusterSpec& s, std::ostream* os) {
+  *os << s.model << " " << s.prefill << "P(TP" << s.tp_prefill << ") " << s.decode << "D(TP"
+      << s.tp_decode << ")";
+  for (const std::string& flag : s.decode_flags) *os << " " << flag;
+}
+
+ClusterSpec Spec(const std::string& model, int prefill, int decode, int tp_prefill, int tp_decode,
+                 std::vector<std::string> router_flags) {
+  ClusterSpec spec;
+  spec.model = model;
+  spec.prefill = prefill;
+  spec.decode = decode;
+  spec.tp_prefill = tp_prefill;
+  spec.tp_decode = tp_decode;
+  spec.router_flags = std::move(router_flags);
+  return spec;
+}
+
+Cluster::Cluster(const ClusterSpec& spec) : spec_(spec) {
+  const std::string model = GoldenModelDir(spec.model);
+  std::vector<std::string> router_flags = {"--model", model};
+  router_flags.insert(router_flags.end(), spec.router_flags.begin(), spec.router_flags.end());
+  router_ = StartWorker("router/estuary-router", "router", router_flags);
+  for (int i = 0; i < spec.decode + spec.prefill; ++i) {
+    const bool decode = i < spec.decode;
+    std::vector<std::string> flags = {
+        "--model", model, "--router", router_.address, "--ucx-tls", "tcp",
+        "--tensor-parallel-size", std::to_string(decode ? spec.tp_decode : spec.tp_prefill),
+        "--kv-cache-bytes", "33554432"};
+    const std::vector<std::string>& extra = decode ? spec.decode_flags : spec.prefill_flags;
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    workers_.push_back(StartWorker(decode ? "decode/estuary-decode" : "prefill/estuary-prefill",
+                                   absl::StrCat(decode ? "decode" : "prefill", i), flags));
+  }
+  stub_ = estuary::v1::Inference::NewStub(
+      grpc::CreateChannel(router_.address, grpc::InsecureChannelCredentials()));
+  WaitUntilRegistered();
+}
+
+std::string Cluster::Logs() {
+  std::string all = "router:\n" + router_.process->Log();
+  for (ServingProcess& w : workers_) all += "\nworker " + w.address + ":\n" + w.process->Log();
+  return all;
+}
+
+void Cluster::WaitUntilRegistered() {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline) {
+    grpc::ClientContext context;
+    estuary::v1::ModelInfo info;
+    if (stub_->GetModelInfo(&context, {}, &info).ok() && info.decode_tp_size() > 0 &&
+        (spec_.prefill == 0 || info.prefill_tp_size() > 0)) {
+      context_ = info.context_length();
+      return;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ADD_FAILURE() << "workers did not register:\n" << Logs();
+}
+
+Generated Generate(estuary::v1::Inference::Stub& stub, const estuary::v1::GenerateRequest& request,
+                   grpc::ClientContext* context) {
+  grpc::ClientContext local;
+  if (context == nullptr) {
+    context = &local;
+    context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  }
+  auto reader = stub.Generate(context, request);
+  Generated out;
+  estuary::v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+    if (response.has_chunk()) {
+      out.ids.insert(out.ids.end(), response.chunk().token_ids().begin(),
+                     response.chunk().token_ids().end());
+      out.text += response.chunk().text();
+    } else if (response.has_complete()) {
+      out.complete = response.complete();
+    }
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+
+}  // namespace estuary::testing
