@@ -74,7 +74,8 @@ ABSL_FLAG(int, exit_after, 4, "bench-decode: backbone layers before the river's 
 ABSL_FLAG(int, steps, 8, "bench-decode: timed decode steps per mode and batch");
 ABSL_FLAG(bool, river, false, "generate: decode through the paged engine with the exit river");
 ABSL_FLAG(std::string, device, "cpu",
-          "generate: where the decode steps run: cpu, cuda or cuda:N (needs a CUDA build)");
+          "generate, up: where the engines run: cpu, or cuda / cuda:N (a CUDA build); up gives "
+          "worker i GPU N + i, decode workers first, and moves KV over NCCL");
 ABSL_FLAG(int, tensor_parallel_size, 1,
           "generate: tensor-parallel ranks (threads of this process, cores shared among them)");
 ABSL_FLAG(std::vector<std::string>, tp_sizes, std::vector<std::string>({"1", "2"}),
@@ -258,6 +259,7 @@ absl::Status Up() {
   options.river = absl::GetFlag(FLAGS_river);
   options.ready_file = absl::GetFlag(FLAGS_ready_file);
   options.log_dir = absl::GetFlag(FLAGS_log_dir);
+  ESTUARY_ASSIGN_OR_RETURN(options.device, ParseDevice(absl::GetFlag(FLAGS_device)));
   return RunUp(options);
 }
 

@@ -51,9 +51,10 @@ absl::StatusOr<Member> Launch(const std::string& name, const std::string& binary
   return Member{name, std::move(serving.process), serving.address};
 }
 
-// Waits until the router reports at least one prefill and one decode TP size (its registry has
-// both roles).
-absl::Status WaitForRegistrations(const std::string& router, absl::Duration timeout) {
+// Waits until the router reports a decode TP size, and a prefill one when `prefill` workers were
+// started (its registry has the roles asked for).
+absl::Status WaitForRegistrations(const std::string& router, bool prefill,
+                                  absl::Duration timeout) {
   auto stub = estuary::v1::Inference::NewStub(
       grpc::CreateChannel(router, grpc::InsecureChannelCredentials()));
   const absl::Time deadline = absl::Now() + timeout;
@@ -61,8 +62,8 @@ absl::Status WaitForRegistrations(const std::string& router, absl::Duration time
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
     estuary::v1::ModelInfo info;
-    if (stub->GetModelInfo(&context, {}, &info).ok() && info.prefill_tp_size() > 0 &&
-        info.decode_tp_size() > 0) {
+    if (stub->GetModelInfo(&context, {}, &info).ok() &&
+        (!prefill || info.prefill_tp_size() > 0) && info.decode_tp_size() > 0) {
       return absl::OkStatus();
     }
     absl::SleepFor(absl::Milliseconds(100));
@@ -136,13 +137,18 @@ absl::Status RunUp(const UpOptions& options) {
     flags.insert(flags.end(), {"--tensor-parallel-size",
                                std::to_string(decode ? options.tp_decode : options.tp_prefill)});
     if (decode && options.river) flags.push_back("--river");
+    if (!options.device.is_cpu()) {
+      flags.insert(flags.end(), {"--device", absl::StrCat("cuda:", options.device.ordinal + i),
+                                 "--kv-transport", "nccl"});
+    }
     absl::StatusOr<Member> member =
         Launch(absl::StrCat(decode ? "decode" : "prefill", decode ? i : i - options.decode),
                decode ? decode_binary : prefill_binary, flags, log_dir);
     if (!member.ok()) return fail(member.status());
     members.push_back(std::move(*member));
   }
-  if (absl::Status registered = WaitForRegistrations(router_address, kStartTimeout);
+  if (absl::Status registered =
+          WaitForRegistrations(router_address, options.prefill > 0, kStartTimeout);
       !registered.ok()) {
     return fail(registered);
   }

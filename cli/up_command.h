@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/backend/device.h"
 
 namespace estuary::cli {
 
@@ -25,6 +26,9 @@ struct UpOptions {
   bool river = false;             // decode workers run the exit river
   std::string ready_file;         // written with the router's host:port once all is ready
   std::string log_dir;            // default: a fresh folder under the temp dir
+  // cpu, or cuda:N: worker i (decode workers first, then prefill) runs on GPU N + i with
+  // --kv-transport nccl. One GPU: --prefill 0 (the decode worker prefills locally).
+  Device device;
 };
 
 absl::Status ValidateUpOptions(const UpOptions& options);

@@ -18,8 +18,11 @@ TEST(WorkerProcessOptionsTest, DeviceAndKvTransportGoTogether) {
   EXPECT_TRUE(ValidateWorkerProcessOptions(Options("cpu", "ucx")).ok());
   EXPECT_TRUE(ValidateWorkerProcessOptions(Options("cuda", "nccl")).ok());
   EXPECT_TRUE(ValidateWorkerProcessOptions(Options("cuda:1", "nccl")).ok());
-  for (auto [device, transport] : {std::pair{"cpu", "nccl"}, {"cuda", "ucx"}, {"gpu", "ucx"},
-                                   {"cpu", "tcp"}, {"cuda:", "nccl"}}) {
+  for (auto [device, transport] : {std::pair{"cpu", "nccl"},
+                                   {"cuda", "ucx"},
+                                   {"gpu", "ucx"},
+                                   {"cpu", "tcp"},
+                                   {"cuda:", "nccl"}}) {
     const absl::Status status = ValidateWorkerProcessOptions(Options(device, transport));
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << device << " " << transport;
   }

@@ -24,7 +24,8 @@ absl::StatusOr<Device> ParseDevice(std::string_view text) {
       ordinal >= 0 && ordinal < 1024) {
     return Device::Cuda(ordinal);
   }
-  return absl::InvalidArgumentError(absl::StrCat("--device = '", absl::string_view(text.data(), text.size()),
+  return absl::InvalidArgumentError(absl::StrCat("--device = '",
+                                                 absl::string_view(text.data(), text.size()),
                                                  "': expected cpu, cuda or cuda:N"));
 }
 

@@ -37,7 +37,8 @@ TEST(ParseDeviceTest, AcceptsCpuCudaAndOrdinals) {
   EXPECT_EQ(*ParseDevice("cpu"), Device::Cpu());
   EXPECT_EQ(*ParseDevice("cuda"), Device::Cuda(0));
   EXPECT_EQ(*ParseDevice("cuda:3"), Device::Cuda(3));
-  for (const char* bad : {"", "gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x", "CPU", "cuda:99999"}) {
+  for (const char* bad :
+       {"", "gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x", "CPU", "cuda:99999"}) {
     EXPECT_EQ(ParseDevice(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }

@@ -44,11 +44,11 @@ class DeviceStep {
 };
 
 struct DeviceStepOptions {
-  int device = 0;                 // CUDA ordinal
+  int device = 0;  // CUDA ordinal
   int64_t kv_cache_bytes = 0;
   int block_size = 16;
-  int max_rows = 64;              // rows per device step; longer prefills run in several
-  ExitPolicy policy;              // the engine's exit policy
+  int max_rows = 64;  // rows per device step; longer prefills run in several
+  ExitPolicy policy;  // the engine's exit policy
 };
 
 // UNIMPLEMENTED in a build without CUDA; UNAVAILABLE when the device does not exist;

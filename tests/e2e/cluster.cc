@@ -65,10 +65,16 @@ Cluster::Cluster(const ClusterSpec& spec) : spec_(spec) {
   router_ = StartWorker("router/estuary-router", "router", router_flags);
   for (int i = 0; i < spec.decode + spec.prefill; ++i) {
     const bool decode = i < spec.decode;
-    std::vector<std::string> flags = {
-        "--model", model, "--router", router_.address, "--ucx-tls", "tcp",
-        "--tensor-parallel-size", std::to_string(decode ? spec.tp_decode : spec.tp_prefill),
-        "--kv-cache-bytes", "33554432"};
+    std::vector<std::string> flags = {"--model",
+                                      model,
+                                      "--router",
+                                      router_.address,
+                                      "--ucx-tls",
+                                      "tcp",
+                                      "--tensor-parallel-size",
+                                      std::to_string(decode ? spec.tp_decode : spec.tp_prefill),
+                                      "--kv-cache-bytes",
+                                      "33554432"};
     const std::vector<std::string>& extra = decode ? spec.decode_flags : spec.prefill_flags;
     flags.insert(flags.end(), extra.begin(), extra.end());
     workers_.push_back(StartWorker(decode ? "decode/estuary-decode" : "prefill/estuary-prefill",
@@ -122,6 +128,5 @@ Generated Generate(estuary::v1::Inference::Stub& stub, const estuary::v1::Genera
   out.status = reader->Finish();
   return out;
 }
-
 
 }  // namespace estuary::testing

@@ -207,14 +207,22 @@ TEST(ClusterTest, InvalidRequestsNameTheLimit) {
 }
 
 // `estuary up` starts everything, answers, and stops cleanly on SIGTERM.
-TEST(EstuaryUpTest, StartsTheClusterServesAndStopsOnSigterm) {
-  const std::string ready = TempPath("up.ready");
+// `estuary up` with `extra` flags: serves the first golden case and stops on SIGTERM.
+void UpServesAndStops(const std::string& name, const std::vector<std::string>& extra) {
+  const std::string ready = TempPath(name + ".ready");
   fs::remove(ready);
-  auto up = ChildProcess::Start(
-      {BinaryPath("cli/estuary"), "up", "--model",
-       ::estuary::testing::GoldenModelDir("stories260K"), "--port", "0", "--ready-file", ready,
-       "--log-dir", TempPath("up-logs")},
-      TempPath("up.log"));
+  std::vector<std::string> argv = {BinaryPath("cli/estuary"),
+                                   "up",
+                                   "--model",
+                                   ::estuary::testing::GoldenModelDir("stories260K"),
+                                   "--port",
+                                   "0",
+                                   "--ready-file",
+                                   ready,
+                                   "--log-dir",
+                                   TempPath(name + "-logs")};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  auto up = ChildProcess::Start(argv, TempPath(name + ".log"));
   ASSERT_TRUE(up.ok()) << up.status();
   auto address = WaitForReadyFile(ready, **up, absl::Seconds(60));
   ASSERT_TRUE(address.ok()) << address.status();
@@ -229,6 +237,11 @@ TEST(EstuaryUpTest, StartsTheClusterServesAndStopsOnSigterm) {
   ASSERT_TRUE(code.ok()) << (*up)->Log();
   EXPECT_EQ(*code, 0) << (*up)->Log();
 }
+
+TEST(EstuaryUpTest, StartsTheClusterServesAndStopsOnSigterm) { UpServesAndStops("up", {}); }
+
+// No prefill worker: the decode worker prefills every prompt itself.
+TEST(EstuaryUpTest, DecodeOnlyClusterServes) { UpServesAndStops("up-decode", {"--prefill", "0"}); }
 
 }  // namespace
 }  // namespace estuary

@@ -11,6 +11,8 @@
 # With the bundle the whole run stays under 8 minutes: each test binary gets GPU_TEST_TIMEOUT
 # seconds (90), the benchmark GPU_BENCH_TIMEOUT (240), everything GPU_BUDGET (460).
 # GPU_BENCH_ARGS replaces the benchmark's arguments (--batches 1,8,32).
+# gpu_cluster_test starts the router and worker processes from the bundle's build/ (exported as
+# ESTUARY_BINARY_DIR; without the bundle, from build-cuda/), with the bundle's libraries.
 # Logs: ${OUT:-/tmp}/gpu-logs/gpu-tests.log (every test binary's whole output, one after another),
 # ${OUT:-/tmp}/gpu-bench.txt, ${OUT:-/tmp}/gpu-logs/summary.txt.
 # Exit status: 0 when every test passed or skipped and the benchmark, if run, succeeded; 1 when
@@ -82,6 +84,19 @@ if [ -f "$bundle/tests.tsv" ]; then
   fi
   mapfile -t machine_libs < <(cat "$bundle/machine-libs.txt" 2>/dev/null)
   models_dir="$bundle/models"
+  # The processes gpu_cluster_test starts (BinaryPath, tests/testing/subprocess.cc): the bundle's
+  # build/ stands in for the build folder, whose absolute path the binaries were compiled with.
+  worker_bins=()
+  if [ -d "$bundle/build" ]; then
+    export ESTUARY_BINARY_DIR="$bundle/build"
+    mapfile -t worker_bins < <(cd "$bundle" && find build -type f -perm -u+x | sort)
+  fi
+  # UCX loads its transport modules (libuct_ib, libuct_cma...) from lib/ucx/ beside libucs and
+  # from UCX_MODULE_DIR (default: the build machine's /usr/lib/x86_64-linux-gnu/ucx). The bundle
+  # carries none (tcp, which the workers use, is built into libuct): point UCX at the bundle's
+  # empty folder so that it never loads a module of another UCX version from this machine.
+  mkdir -p "$scratch/lib/ucx"
+  export UCX_MODULE_DIR="$scratch/lib/ucx"
 else
   echo "== binaries: no .gpu-bundle/, configuring the CUDA build here (build-cuda/)"
   nvcc_path="$(command -v nvcc || true)"
@@ -107,6 +122,10 @@ else
   bench_exe="${bench_exe:+$root/$bench_exe}"
   machine_libs=()
   models_dir=""
+  worker_bins=()
+  for worker in router/estuary-router prefill/estuary-prefill decode/estuary-decode; do
+    [ ! -x "build-cuda/$worker" ] || worker_bins+=("@root/build-cuda/$worker")
+  done
 fi
 
 # Tests run from the repository root and read ../shared/models. Where ../shared is not beside the
@@ -186,6 +205,7 @@ export LD_LIBRARY_PATH
 
 mapfile -t binaries < <(awk -F'\t' '!/^#/ {print $2}' "$manifest" | sort -u)
 [ -z "$bench_exe" ] || [ ! -e "$bench_exe" ] || binaries+=("$bench_exe")
+binaries+=("${worker_bins[@]}")
 resolve_exe() { # manifest path -> absolute path
   case "$1" in
     @root/*) echo "$root/${1#@root/}" ;;

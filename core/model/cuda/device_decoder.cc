@@ -24,8 +24,8 @@ int NextPowerOfTwo(int n) {
 // Device memory for the KV pool's layer regions: zeroed, freed with the pool.
 absl::StatusOr<KvRegionMemory> AllocateDeviceRegion(size_t bytes) {
   void* data = nullptr;
-  ESTUARY_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&data, bytes),
-                                     absl::StrCat("KV region of ", bytes, " bytes")));
+  ESTUARY_RETURN_IF_ERROR(
+      CudaStatus(cudaMalloc(&data, bytes), absl::StrCat("KV region of ", bytes, " bytes")));
   std::shared_ptr<void> owner(data, [](void* p) { cudaFree(p); });
   ESTUARY_RETURN_IF_ERROR(CudaStatus(cudaMemset(data, 0, bytes), "KV region memset"));
   return KvRegionMemory{data, std::move(owner)};
@@ -79,8 +79,8 @@ absl::Status DeviceDecoder::Init() {
   options_.max_rows = std::min(NextPowerOfTwo(options_.max_rows), kMaxRowsLimit);
   max_seq_len_ = options_.max_seq_len > 0 ? options_.max_seq_len : std::min(c.max_seq_len, 8192);
   if (max_seq_len_ < 1 || max_seq_len_ > c.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("max_seq_len must be in [1, ",
-                                                   c.max_seq_len, "], got ", max_seq_len_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_seq_len must be in [1, ", c.max_seq_len, "], got ", max_seq_len_));
   }
   if (options_.block_size < 1) {
     return absl::InvalidArgumentError("block_size must be positive");
@@ -91,9 +91,9 @@ absl::Status DeviceDecoder::Init() {
     ESTUARY_RETURN_IF_ERROR(options_.policy.Validate(c.n_layers));
     forced_exit_ = options_.policy.ForcedExitAfter(c.n_layers);
     if (forced_exit_ < c.n_layers && !model_.river_has_layer(forced_exit_)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("forced exit after ", forced_exit_, " layers needs river layer ",
-                       forced_exit_, ", which the river lacks"));
+      return absl::FailedPreconditionError(absl::StrCat("forced exit after ", forced_exit_,
+                                                        " layers needs river layer ", forced_exit_,
+                                                        ", which the river lacks"));
     }
   }
 
@@ -108,8 +108,8 @@ absl::Status DeviceDecoder::Init() {
     }
     pool_ = options_.shared_pool;
   } else {
-    ESTUARY_ASSIGN_OR_RETURN(owned_pool_, KvPool::Create(layout, options_.kv_cache_bytes, 1,
-                                                         AllocateDeviceRegion));
+    ESTUARY_ASSIGN_OR_RETURN(
+        owned_pool_, KvPool::Create(layout, options_.kv_cache_bytes, 1, AllocateDeviceRegion));
     pool_ = owned_pool_.get();
   }
 
@@ -132,9 +132,17 @@ absl::Status DeviceDecoder::Init() {
   const size_t kv_dim = static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(c.head_dim);
   const size_t hidden = static_cast<size_t>(model_.padded_hidden());
   for (auto [array, width] : std::initializer_list<std::pair<DeviceArray<float>*, size_t>>{
-           {&b->x, dim}, {&b->layer_in, dim}, {&b->xb, dim}, {&b->q, q_dim}, {&b->k, kv_dim},
-           {&b->v, kv_dim}, {&b->att, q_dim}, {&b->proj, dim}, {&b->gate, hidden},
-           {&b->up, hidden}, {&b->similarity, 1},
+           {&b->x, dim},
+           {&b->layer_in, dim},
+           {&b->xb, dim},
+           {&b->q, q_dim},
+           {&b->k, kv_dim},
+           {&b->v, kv_dim},
+           {&b->att, q_dim},
+           {&b->proj, dim},
+           {&b->gate, hidden},
+           {&b->up, hidden},
+           {&b->similarity, 1},
            {&b->logits, static_cast<size_t>(c.vocab_size)}}) {
     ESTUARY_ASSIGN_OR_RETURN(*array, DeviceArray<float>::Create(rows * width));
   }
@@ -184,8 +192,8 @@ absl::Status DeviceDecoder::CheckRows(absl::Span<const DeviceStepRow> rows,
   const LlamaConfig& c = model_.config();
   if (rows.empty()) return absl::InvalidArgumentError("a step needs at least one row");
   if (static_cast<int>(rows.size()) > options_.max_rows) {
-    return absl::InvalidArgumentError(absl::StrCat("a step has at most ", options_.max_rows,
-                                                   " rows, got ", rows.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a step has at most ", options_.max_rows, " rows, got ", rows.size()));
   }
   std::vector<const SequenceKv*> seen;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -199,12 +207,12 @@ absl::Status DeviceDecoder::CheckRows(absl::Span<const DeviceStepRow> rows,
                                                      " outside the vocabulary of ", c.vocab_size));
     }
     if (r.position < 0 || r.position >= max_seq_len_) {
-      return absl::InvalidArgumentError(absl::StrCat("row ", i, ": position ", r.position,
-                                                     " outside [0, ", max_seq_len_, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("row ", i, ": position ", r.position, " outside [0, ", max_seq_len_, ")"));
     }
     if (pages_reserved && r.position >= r.kv->capacity()) {
-      return absl::InvalidArgumentError(absl::StrCat("row ", i, ": position ", r.position,
-                                                     " beyond the sequence's pages"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("row ", i, ": position ", r.position, " beyond the sequence's pages"));
     }
     const bool continues = i > 0 && rows[i - 1].kv == r.kv;
     if (continues && r.position != rows[i - 1].position + 1) {
@@ -226,9 +234,9 @@ absl::Status DeviceDecoder::EnqueueProjection(const DeviceDense* dense, const In
                                               const float* x, int bucket, float* y) {
   const int32_t* row_path = model_.has_river() ? buffers_->in(buffers_->row_path) : nullptr;
   if (dense != nullptr) {
-    ESTUARY_RETURN_IF_ERROR(DenseMatMulRows(dense->memory.get(), dense->dtype,
-                                            dense->out_features, dense->in_features, x, bucket,
-                                            row_path, kRowBackbone, y, stream_.get()));
+    ESTUARY_RETURN_IF_ERROR(DenseMatMulRows(dense->memory.get(), dense->dtype, dense->out_features,
+                                            dense->in_features, x, bucket, row_path, kRowBackbone,
+                                            y, stream_.get()));
   }
   if (river == nullptr) return absl::OkStatus();
   return Int4MatMulRows(river->view(), x, bucket, row_path, kRowRiver, y, stream_.get());
@@ -241,9 +249,9 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
   const int64_t rows = bucket;
   const DeviceLayerDense& w = model_.backbone(l);
   // River rows are possible in this layer only once an exit may have happened before it.
-  const bool river_rows = model_.river_has_layer(l) &&
-                          (l >= forced_exit_ ||
-                           l >= std::max(1, options_.policy.min_backbone_layers));
+  const bool river_rows =
+      model_.river_has_layer(l) &&
+      (l >= forced_exit_ || l >= std::max(1, options_.policy.min_backbone_layers));
   const DeviceLayerInt4* r = river_rows ? &model_.river(l) : nullptr;
   // Backbone rows are impossible from the forced exit on (full int4, fixed-exit evaluation).
   const bool backbone_rows = l < forced_exit_;
@@ -258,10 +266,10 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
   // the backbone.
   const bool decide = model_.has_river() && backbone_rows && l + 1 < c.n_layers;
   if (decide) {
-    ESTUARY_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(b.layer_in.get(), b.x.get(), sizeof(float) * rows * c.dim,
-                        cudaMemcpyDeviceToDevice, s),
-        "layer input copy"));
+    ESTUARY_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(b.layer_in.get(), b.x.get(), sizeof(float) * rows * c.dim,
+                                   cudaMemcpyDeviceToDevice, s),
+                   "layer input copy"));
   }
   // Attention block; xb holds RMSNorm(x) * attn_norm (the previous layer's fused kernel).
   using D = DeviceLayerDense;
@@ -274,19 +282,17 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
                                     c.rope_style, s));
   const KvRegion region = pool_->layer_region(l);
   const PageShape shape{c.n_kv_heads, options_.block_size, c.head_dim};
-  ESTUARY_RETURN_IF_ERROR(WriteKvRows(b.k.get(), b.v.get(), rows, b.in(b.positions),
-                                      b.in(b.page_table), pages_per_seq_,
-                                      static_cast<float*>(region.data), pool_->num_pages(), shape,
-                                      b.error_flags.get() + 1, s));
+  ESTUARY_RETURN_IF_ERROR(WriteKvRows(
+      b.k.get(), b.v.get(), rows, b.in(b.positions), b.in(b.page_table), pages_per_seq_,
+      static_cast<float*>(region.data), pool_->num_pages(), shape, b.error_flags.get() + 1, s));
   PagedAttentionDecodeArgs attention = b.attention;
   attention.kv_layer = static_cast<const float*>(region.data);
   attention.n_seq = bucket;
   ESTUARY_RETURN_IF_ERROR(PagedAttentionDecode(attention, s));
   ESTUARY_RETURN_IF_ERROR(project(&D::wo, &Q::wo, b.att.get(), b.proj.get()));
   const DeviceLayerNorms& norms = model_.norms(l);
-  ESTUARY_RETURN_IF_ERROR(ResidualRmsNormSimilarity(b.x.get(), b.proj.get(),
-                                                    norms.ffn_norm.get(), DType::kF32, rows,
-                                                    c.dim, c.rms_eps, b.xb.get(),
+  ESTUARY_RETURN_IF_ERROR(ResidualRmsNormSimilarity(b.x.get(), b.proj.get(), norms.ffn_norm.get(),
+                                                    DType::kF32, rows, c.dim, c.rms_eps, b.xb.get(),
                                                     b.similarity.get(), s));
   // MLP block (padded width: the pad rows of gate/up are zero, so silu(0) * 0 = 0 feeds down).
   ESTUARY_RETURN_IF_ERROR(project(&D::w_gate, &Q::w_gate, b.xb.get(), b.gate.get()));
@@ -297,9 +303,9 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
   // x += down; xb = RMSNorm(x) with the next layer's attention norm (or the final norm).
   const bool last = l + 1 == c.n_layers;
   const float* next_norm = last ? model_.final_norm().get() : model_.norms(l + 1).attn_norm.get();
-  ESTUARY_RETURN_IF_ERROR(ResidualRmsNormSimilarity(b.x.get(), b.proj.get(), next_norm,
-                                                    DType::kF32, rows, c.dim, c.rms_eps,
-                                                    b.xb.get(), b.similarity.get(), s));
+  ESTUARY_RETURN_IF_ERROR(ResidualRmsNormSimilarity(b.x.get(), b.proj.get(), next_norm, DType::kF32,
+                                                    rows, c.dim, c.rms_eps, b.xb.get(),
+                                                    b.similarity.get(), s));
   if (!decide) return absl::OkStatus();
 
   // The exit decision for layer l + 1, on the device (forward_batch.cc is the CPU reference).
@@ -316,8 +322,8 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
   exit.similarity = b.similarity.get();  // one block per row for the cosines, then the decision
   exit.next_layer = next;
   exit.rule = static_cast<int>(options_.policy.rule);
-  exit.may_exit = model_.river_has_layer(next) &&
-                  next >= std::max(1, options_.policy.min_backbone_layers);
+  exit.may_exit =
+      model_.river_has_layer(next) && next >= std::max(1, options_.policy.min_backbone_layers);
   exit.forced = next >= forced_exit_;
   return ExitDecision(exit, s);
 }
@@ -348,12 +354,11 @@ absl::Status DeviceDecoder::Step(absl::Span<const DeviceRow> rows,
     const DeviceRow& r = rows[i];
     auto it = sequences_.find(r.sequence);
     if (it == sequences_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("row ", i, ": unknown sequence ",
-                                                     r.sequence));
+      return absl::InvalidArgumentError(absl::StrCat("row ", i, ": unknown sequence ", r.sequence));
     }
     if (r.position < 0 || r.position >= max_seq_len_) {
-      return absl::InvalidArgumentError(absl::StrCat("row ", i, ": position ", r.position,
-                                                     " outside [0, ", max_seq_len_, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("row ", i, ": position ", r.position, " outside [0, ", max_seq_len_, ")"));
     }
     step_rows.push_back({&it->second, r.token, r.position, r.exit_threshold});
   }
@@ -441,23 +446,23 @@ absl::Status DeviceDecoder::Run(absl::Span<const DeviceStepRow> rows,
   }
 
   const size_t n = rows.size();
-  ESTUARY_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(b.host_ids.get(), b.out_ids.get(), n * sizeof(int32_t),
-                      cudaMemcpyDeviceToHost, s),
-      "token download"));
-  ESTUARY_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(b.host_backbone_layers.get(), b.in(b.backbone_layers), n * sizeof(int32_t),
-                      cudaMemcpyDeviceToHost, s),
-      "backbone layers download"));
-  ESTUARY_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(b.host_flags.get(), b.error_flags.get(), 2 * sizeof(int32_t),
-                      cudaMemcpyDeviceToHost, s),
-      "error flag download"));
+  ESTUARY_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(b.host_ids.get(), b.out_ids.get(), n * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, s),
+                 "token download"));
+  ESTUARY_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(b.host_backbone_layers.get(), b.in(b.backbone_layers),
+                                 n * sizeof(int32_t), cudaMemcpyDeviceToHost, s),
+                 "backbone layers download"));
+  ESTUARY_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(b.host_flags.get(), b.error_flags.get(), 2 * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, s),
+                 "error flag download"));
   if (!logits.empty()) {
-    ESTUARY_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(logits.data(), b.logits.get(), logits.size() * sizeof(float),
-                        cudaMemcpyDeviceToHost, s),
-        "logits download"));
+    ESTUARY_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(logits.data(), b.logits.get(), logits.size() * sizeof(float),
+                                   cudaMemcpyDeviceToHost, s),
+                   "logits download"));
   }
   ESTUARY_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s), "decode step"));
   if (b.host_flags.get()[0] != 0 || b.host_flags.get()[1] != 0) {

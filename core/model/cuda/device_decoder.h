@@ -38,12 +38,12 @@
 namespace estuary::cuda {
 
 struct DeviceDecoderOptions {
-  int max_rows = 64;               // most rows in one step; graph buckets 1, 2, 4, ... max_rows
+  int max_rows = 64;  // most rows in one step; graph buckets 1, 2, 4, ... max_rows
   int64_t kv_cache_bytes = int64_t{1} << 30;  // device memory for the KV pool
-  int block_size = 16;             // token slots per page
-  int max_seq_len = 0;             // longest sequence; 0: min(model context, 8192)
-  ExitPolicy policy;               // used when the model has a river
-  bool use_graphs = true;          // false: launch the kernels directly every step (for tests)
+  int block_size = 16;                        // token slots per page
+  int max_seq_len = 0;                        // longest sequence; 0: min(model context, 8192)
+  ExitPolicy policy;                          // used when the model has a river
+  bool use_graphs = true;  // false: launch the kernels directly every step (for tests)
   // A pool to share instead of owning one (kv_cache_bytes is then unused): made with
   // DeviceKvRegionAllocator() and this model's layout at `block_size`. Two decoders with
   // different policies (prefill, decode) can serve one set of sequences this way. Must outlive
@@ -55,10 +55,10 @@ struct DeviceDecoderOptions {
 KvRegionAllocator DeviceKvRegionAllocator();
 
 struct DeviceRow {
-  int32_t sequence = 0;          // a handle from AddSequence
-  int32_t token = 0;             // id inside the vocabulary
-  int32_t position = 0;          // 0 .. max_seq_len - 1
-  float exit_threshold = 2.0f;   // τ of the row's request; above 1 never exits
+  int32_t sequence = 0;         // a handle from AddSequence
+  int32_t token = 0;            // id inside the vocabulary
+  int32_t position = 0;         // 0 .. max_seq_len - 1
+  float exit_threshold = 2.0f;  // τ of the row's request; above 1 never exits
 };
 
 // A row of a step whose KV lives in a SequenceKv over pool(): what engines that manage their own
@@ -136,7 +136,7 @@ class DeviceDecoder {
   std::unique_ptr<KvPool> owned_pool_;
   KvPool* pool_ = nullptr;  // owned_pool_ or options_.shared_pool
   std::unique_ptr<Buffers> buffers_;
-  std::map<int, GraphExecHandle> graphs_;  // by bucket
+  std::map<int, GraphExecHandle> graphs_;    // by bucket
   std::map<int32_t, SequenceKv> sequences_;  // AddSequence handles
   int32_t next_sequence_ = 0;
 };

@@ -95,8 +95,8 @@ std::vector<DeviceRowResult> TeacherForced(DeviceDecoder& decoder,
   const absl::Status prefilled = decoder.Prefill(*seq, prompt, 0, threshold, results[0]);
   EXPECT_TRUE(prefilled.ok()) << prefilled;
   for (size_t i = 1; prefilled.ok() && i < completion.size(); ++i) {
-    const DeviceRow row{*seq, completion[i - 1],
-                        static_cast<int32_t>(prompt.size() + i - 1), threshold};
+    const DeviceRow row{*seq, completion[i - 1], static_cast<int32_t>(prompt.size() + i - 1),
+                        threshold};
     const absl::Status stepped = decoder.Step({&row, 1}, {&results[i], 1});
     EXPECT_TRUE(stepped.ok()) << stepped;
     if (!stepped.ok()) break;
@@ -114,8 +114,7 @@ Agreement Compare(const std::vector<DeviceRowResult>& gpu, const GenerateResult&
   Agreement a;
   for (size_t i = 0; i < gpu.size() && i < cpu.completion_ids.size(); ++i) {
     a.tokens += gpu[i].next_token == cpu.completion_ids[i];
-    a.layers += i < cpu.backbone_layers.size() &&
-                gpu[i].backbone_layers == cpu.backbone_layers[i];
+    a.layers += i < cpu.backbone_layers.size() && gpu[i].backbone_layers == cpu.backbone_layers[i];
   }
   return a;
 }
@@ -234,8 +233,7 @@ TEST_F(RiverDeviceTest, FixedExitMatchesCpu) {
     policy.max_backbone_layers = exit_after;
     auto decoder = MakeDecoder(*device_, 16, policy);
     ASSERT_NE(decoder, nullptr);
-    const GenerateResult cpu =
-        CpuGenerate(*model_, river_.get(), policy, prompt, kTokens, 2.0f);
+    const GenerateResult cpu = CpuGenerate(*model_, river_.get(), policy, prompt, kTokens, 2.0f);
     const std::vector<DeviceRowResult> gpu =
         TeacherForced(*decoder, prompt, cpu.completion_ids, 2.0f);
     ASSERT_EQ(gpu.size(), static_cast<size_t>(kTokens));
@@ -253,7 +251,8 @@ TEST_F(RiverDeviceTest, ThresholdExitsLikeCpu) {
   constexpr int kTokens = 32;
   constexpr float kThreshold = 0.8f;
   const std::vector<int32_t>& prompt = cases_[0].prompt_ids;
-  const GenerateResult cpu = CpuGenerate(*model_, river_.get(), policy, prompt, kTokens, kThreshold);
+  const GenerateResult cpu =
+      CpuGenerate(*model_, river_.get(), policy, prompt, kTokens, kThreshold);
   ASSERT_EQ(cpu.completion_ids.size(), static_cast<size_t>(kTokens));
   const std::vector<DeviceRowResult> gpu =
       TeacherForced(*decoder, prompt, cpu.completion_ids, kThreshold);
@@ -262,10 +261,10 @@ TEST_F(RiverDeviceTest, ThresholdExitsLikeCpu) {
   for (const DeviceRowResult& r : gpu) exited += r.backbone_layers < model_->config().n_layers;
   EXPECT_GT(exited, 0) << "no token left the backbone at threshold " << kThreshold;
   const Agreement agree = Compare(gpu, cpu);
-  EXPECT_GE(agree.layers * 10, kTokens * 9) << agree.layers << " of " << kTokens
-                                            << " steps exit where the CPU's do";
-  EXPECT_GE(agree.tokens * 10, kTokens * 9) << agree.tokens << " of " << kTokens
-                                            << " greedy tokens are the CPU's";
+  EXPECT_GE(agree.layers * 10, kTokens * 9)
+      << agree.layers << " of " << kTokens << " steps exit where the CPU's do";
+  EXPECT_GE(agree.tokens * 10, kTokens * 9)
+      << agree.tokens << " of " << kTokens << " greedy tokens are the CPU's";
 }
 
 // bf16 weights on the device against bf16 weights on the CPU.
@@ -306,11 +305,13 @@ TEST(DeviceDecoderTest, RejectsBadRows) {
   EXPECT_EQ(step({{*seq, -1, 0, 2.0f}}), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(step({{*seq, model->config().vocab_size, 0, 2.0f}}),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(step({{*seq, 1, decoder->max_seq_len(), 2.0f}}),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(step({{*seq, 1, decoder->max_seq_len(), 2.0f}}), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(step({{*seq + 100, 1, 0, 2.0f}}), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(step({{*seq, 1, 0, 2.0f}, {*seq, 1, 2, 2.0f}}), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(step({{*seq, 1, 0, 2.0f}, {*seq, 1, 1, 2.0f}, {*seq, 1, 2, 2.0f}, {*seq, 1, 3, 2.0f},
+  EXPECT_EQ(step({{*seq, 1, 0, 2.0f},
+                  {*seq, 1, 1, 2.0f},
+                  {*seq, 1, 2, 2.0f},
+                  {*seq, 1, 3, 2.0f},
                   {*seq, 1, 4, 2.0f}}),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(decoder->free_pages(), free_before);

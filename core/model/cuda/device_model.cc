@@ -20,11 +20,11 @@ absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, const char* 
 }
 
 // Uploads a dense [out][in] matrix, padded with zeros to [padded_out][padded_in].
-absl::StatusOr<DeviceDense> UploadDense(const Tensor& weight, int64_t padded_out,
-                                        int64_t padded_in, const char* what) {
+absl::StatusOr<DeviceDense> UploadDense(const Tensor& weight, int64_t padded_out, int64_t padded_in,
+                                        const char* what) {
   if (weight.rank() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": expected a matrix, got ",
-                                                   weight.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": expected a matrix, got ", weight.DebugString()));
   }
   const int64_t out = weight.dim(0), in = weight.dim(1);
   if (padded_out < out || padded_in < in) {
@@ -35,25 +35,27 @@ absl::StatusOr<DeviceDense> UploadDense(const Tensor& weight, int64_t padded_out
   dense.dtype = weight.dtype();
   dense.out_features = padded_out;
   dense.in_features = padded_in;
-  ESTUARY_ASSIGN_OR_RETURN(dense.memory, DeviceArray<uint8_t>::Create(
-                                             static_cast<size_t>(padded_out * padded_in) * element));
+  ESTUARY_ASSIGN_OR_RETURN(
+      dense.memory,
+      DeviceArray<uint8_t>::Create(static_cast<size_t>(padded_out * padded_in) * element));
   const auto* src = static_cast<const uint8_t*>(weight.raw());
   if (padded_in == in) {
     ESTUARY_RETURN_IF_ERROR(CopyToDevice(dense.memory.get(), src, weight.nbytes(), what));
     return dense;
   }
   // Rows of different widths: one strided copy (the pad columns stay zero).
-  ESTUARY_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpy2D(dense.memory.get(), static_cast<size_t>(padded_in) * element, src,
-                   static_cast<size_t>(in) * element, static_cast<size_t>(in) * element,
-                   static_cast<size_t>(out), cudaMemcpyHostToDevice),
-      absl::StrCat("upload of ", what)));
+  ESTUARY_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpy2D(dense.memory.get(), static_cast<size_t>(padded_in) * element, src,
+                              static_cast<size_t>(in) * element, static_cast<size_t>(in) * element,
+                              static_cast<size_t>(out), cudaMemcpyHostToDevice),
+                 absl::StrCat("upload of ", what)));
   return dense;
 }
 
 absl::StatusOr<DeviceArray<float>> UploadF32(const Tensor& tensor, const char* what) {
   ESTUARY_ASSIGN_OR_RETURN(Tensor f32, ConvertDType(tensor, DType::kF32));
-  ESTUARY_ASSIGN_OR_RETURN(auto array, DeviceArray<float>::Create(static_cast<size_t>(f32.numel())));
+  ESTUARY_ASSIGN_OR_RETURN(auto array,
+                           DeviceArray<float>::Create(static_cast<size_t>(f32.numel())));
   ESTUARY_RETURN_IF_ERROR(CopyToDevice(array.get(), f32.raw(), f32.nbytes(), what));
   return array;
 }
@@ -66,7 +68,7 @@ absl::StatusOr<Int4GpuMatrix> UploadInt4(const Int4Matrix& matrix) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(const LlamaModel& model,
-                                                                   const River* river) {
+                                                                 const River* river) {
   const LlamaConfig& c = model.config();
   if (model.tensor_parallel().size != 1 || model.row_parallel_blocks() != 1) {
     return absl::FailedPreconditionError(
@@ -113,19 +115,17 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(const LlamaMode
       ESTUARY_ASSIGN_OR_RETURN(layer.wk, UploadInt4(river->matrix(l, RiverProjection::kK)));
       ESTUARY_ASSIGN_OR_RETURN(layer.wv, UploadInt4(river->matrix(l, RiverProjection::kV)));
       ESTUARY_ASSIGN_OR_RETURN(layer.wo, UploadInt4(river->matrix(l, RiverProjection::kO)));
-      ESTUARY_ASSIGN_OR_RETURN(layer.w_gate,
-                               UploadInt4(river->matrix(l, RiverProjection::kGate)));
+      ESTUARY_ASSIGN_OR_RETURN(layer.w_gate, UploadInt4(river->matrix(l, RiverProjection::kGate)));
       ESTUARY_ASSIGN_OR_RETURN(layer.w_up, UploadInt4(river->matrix(l, RiverProjection::kUp)));
-      ESTUARY_ASSIGN_OR_RETURN(layer.w_down,
-                               UploadInt4(river->matrix(l, RiverProjection::kDown)));
+      ESTUARY_ASSIGN_OR_RETURN(layer.w_down, UploadInt4(river->matrix(l, RiverProjection::kDown)));
       device->river_.push_back(std::move(layer));
     }
   }
 
   ESTUARY_ASSIGN_OR_RETURN(device->embedding_, UploadDense(w.embedding, w.embedding.dim(0),
                                                            w.embedding.dim(1), "embedding"));
-  ESTUARY_ASSIGN_OR_RETURN(device->lm_head_, UploadDense(w.lm_head, w.lm_head.dim(0),
-                                                         w.lm_head.dim(1), "lm_head"));
+  ESTUARY_ASSIGN_OR_RETURN(device->lm_head_,
+                           UploadDense(w.lm_head, w.lm_head.dim(0), w.lm_head.dim(1), "lm_head"));
   ESTUARY_ASSIGN_OR_RETURN(device->final_norm_, UploadF32(w.final_norm, "final_norm"));
   const absl::Span<const float> inv_freq = model.rope_inv_freq();
   ESTUARY_ASSIGN_OR_RETURN(device->rope_inv_freq_, DeviceArray<float>::Create(inv_freq.size()));

@@ -1,4 +1,6 @@
 // CreateCudaDeviceStep with ESTUARY_CUDA: an engine's steps on DeviceDecoder.
+#include "core/model/device_step.h"
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include "core/kvcache/kv_layout.h"
 #include "core/model/cuda/device_decoder.h"
 #include "core/model/cuda/device_model.h"
-#include "core/model/device_step.h"
 
 namespace estuary {
 namespace {
@@ -23,8 +24,8 @@ class CudaDeviceStep final : public DeviceStep {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || options.device < 0 ||
         options.device >= count) {
-      return absl::UnavailableError(absl::StrCat("CUDA device ", options.device,
-                                                 " not found (", count, " visible)"));
+      return absl::UnavailableError(
+          absl::StrCat("CUDA device ", options.device, " not found (", count, " visible)"));
     }
     ESTUARY_RETURN_IF_ERROR(cuda::CudaStatus(cudaSetDevice(options.device), "cudaSetDevice"));
     auto step = std::unique_ptr<CudaDeviceStep>(new CudaDeviceStep());

@@ -56,8 +56,8 @@ absl::StatusOr<double> MeasureCopyBandwidth(int64_t bytes) {
   }
   ESTUARY_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(start.get()), "event"));
   for (int i = 0; i < kReps; ++i) {
-    ESTUARY_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice), "copy"));
+    ESTUARY_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice), "copy"));
   }
   ESTUARY_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(stop.get()), "event"));
   ESTUARY_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(stop.get()), "copy"));
@@ -83,8 +83,8 @@ double StepBytes(const DeviceModel& model, const Mode& mode, int batch, int cont
   double bytes = static_cast<double>(model.lm_head_bytes());
   for (int l = 0; l < c.n_layers; ++l) {
     const bool on_river = mode.river && l >= mode.exit_after;
-    bytes += static_cast<double>(on_river ? model.river_layer_bytes(l)
-                                          : model.backbone_layer_bytes(l));
+    bytes +=
+        static_cast<double>(on_river ? model.river_layer_bytes(l) : model.backbone_layer_bytes(l));
   }
   const double kv_per_token = 2.0 * c.n_kv_heads * c.head_dim * sizeof(float) * c.n_layers;
   return bytes + kv_per_token * context * batch;
@@ -171,15 +171,15 @@ absl::Status Main() {
   const LlamaConfig& c = model.config();
   const int exit_after = absl::GetFlag(FLAGS_exit_after);
   const std::string river_name = absl::StrCat("river@", exit_after);
-  const std::vector<Mode> modes = {{"bf16", false, -1},
-                                   {river_name.c_str(), true, exit_after},
-                                   {"int4", true, 0}};
+  const std::vector<Mode> modes = {
+      {"bf16", false, -1}, {river_name.c_str(), true, exit_after}, {"int4", true, 0}};
   std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, bandwidth / 1e9);
   std::printf("model: %s, %d layers, dim %d, dtype %s; river int4 g%d (RTN); prompt %d\n",
               path.c_str(), c.n_layers, c.dim, DTypeName(model.weights().layers[0].wq.dtype()),
               quant.group_size, absl::GetFlag(FLAGS_prompt));
-  std::printf("\n| mode | batch | ms/step | tokens/s | MB read/step | GB/s | roofline | vs bf16 |\n");
+  std::printf(
+      "\n| mode | batch | ms/step | tokens/s | MB read/step | GB/s | roofline | vs bf16 |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (int batch : batches) {
     double bf16_seconds = 0;
