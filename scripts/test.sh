@@ -13,9 +13,9 @@ if [ -n "$nvcc_path" ]; then
   echo "nvcc found at $nvcc_path: compiling the CUDA build in build-cuda/"
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DESTUARY_CUDA=ON \
     -DCMAKE_CUDA_COMPILER="$nvcc_path" -DESTUARY_BENCHMARKS=OFF >/dev/null
-  # ESTUARY_CUDA adds the CUDA backend, kernels and NCCL: build those (every gpu-labelled test
-  # binary) and the model stack, not the whole tree a second time.
-  cmake --build build-cuda --parallel "$(nproc)" --target estuary_model gpu_tests
+  # ESTUARY_CUDA adds the CUDA backend, kernels, the device forward pass and NCCL: build every
+  # gpu-labelled test binary (with the worker binaries gpu_cluster_test starts) and `estuary`.
+  cmake --build build-cuda --parallel "$(nproc)" --target estuary_model gpu_tests estuary
   (cd build-cuda && ctest --output-on-failure --label-regex gpu --timeout 300)
 else
   echo "no nvcc: skipping the CUDA build"
