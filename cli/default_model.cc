@@ -16,7 +16,7 @@ absl::StatusOr<std::string> ResolveModelPath(const std::string& flag_value) {
     return std::string(env);
   }
   std::error_code ec;
-  for (const fs::path candidate : {fs::path("../shared/models/stories260K"),
+  for (const fs::path& candidate : {fs::path("../shared/models/stories260K"),
                                    fs::path(ESTUARY_SOURCE_DIR) / "../shared/models/stories260K"}) {
     if (fs::exists(candidate / "model.bin", ec)) return fs::weakly_canonical(candidate).string();
   }

@@ -10,9 +10,11 @@ target_link_libraries(estuary_kernels_cuda_decode_step
   PUBLIC
     estuary::kernels_cuda_matmul       # Int4GpuView, the masked int4 product
     estuary::kernels_cuda_elementwise  # PageShape
+    estuary::model_config              # RopeStyle
     estuary::tensor
     CUDA::cudart
     absl::status
+    absl::span
   PRIVATE
     absl::strings)
 estuary_apply_flags(estuary_kernels_cuda_decode_step)
@@ -22,4 +24,11 @@ estuary_apply_flags(estuary_kernels_cuda_decode_step)
 estuary_cc_test(NAME decode_step_kernels_test SRCS decode_step_kernels_test.cc
   DEPS estuary::kernels_cuda_decode_step estuary::kernels_cpu estuary::quant estuary::tensor
        estuary::testing_data
+  LABELS gpu)
+
+# The fused launches (multi-segment products, SwiGLU on load, RoPE + KV write) against the
+# separate calls they replace (bitwise) and the CPU kernels; argument checks run on the CPU.
+estuary_cc_test(NAME decode_step_fused_test SRCS decode_step_fused_test.cc
+  DEPS estuary::kernels_cuda_decode_step estuary::kernels_cuda_elementwise estuary::kernels_cpu
+       estuary::quant estuary::tensor estuary::testing_data
   LABELS gpu)

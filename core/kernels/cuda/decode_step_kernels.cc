@@ -1,5 +1,5 @@
 // Host side of decode_step_kernels.h: argument checks, then the launchers of
-// decode_step_kernels.cu (and the masked int4 product of int4_matmul.cc).
+// decode_step_kernels.cu (and the int4 products of int4_matmul.cc / int4_matmul_kernel.cu).
 
 #include "core/kernels/cuda/decode_step_kernels.h"
 
@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "core/kernels/cuda/decode_step_kernels_launch.h"
 #include "core/kernels/cuda/int4_matmul.h"
 
@@ -25,6 +27,7 @@ constexpr int64_t kMaxFeatures = int64_t{1} << 30;
 constexpr int64_t kMaxDenseTokens = int64_t{65535} * 8;  // grid.y of 8-token tiles
 constexpr int64_t kMaxGridX = std::numeric_limits<int32_t>::max();
 constexpr int kMaxExitRows = 1024;
+constexpr int kMaxHeadDim = 8192;  // RoPE keeps head_dim floats of cos/sin in shared memory
 
 absl::Status CudaStatus(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return absl::OkStatus();
@@ -38,7 +41,7 @@ absl::Status Invalid(const char* what, auto&&... parts) {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-absl::Status ToDenseKind(DType dtype, ds::DenseKind* kind) {
+absl::Status ToDenseKind(const char* what, DType dtype, ds::DenseKind* kind) {
   switch (dtype) {
     case DType::kF32:
       *kind = ds::DenseKind::kF32;
@@ -52,36 +55,151 @@ absl::Status ToDenseKind(DType dtype, ds::DenseKind* kind) {
     case DType::kInt4:
       break;
   }
-  return Invalid("DenseMatMulRows", "weights must be f32, bf16 or f16, got ", DTypeName(dtype));
+  return Invalid(what, "weights must be f32, bf16 or f16, got ", DTypeName(dtype));
+}
+
+// The sizes and pointers of a (multi-segment) dense product; `up` non-null: SwiGLU on load with
+// x the gate. One segment is DenseMatMulRows.
+absl::Status DenseProduct(const char* what, absl::Span<const DenseSegment> segments,
+                          DType w_dtype, int64_t in_features, const float* x, const float* up,
+                          int64_t n_tokens, const int32_t* row_path, int32_t want_path,
+                          cudaStream_t stream) {
+  ds::DenseKind kind = ds::DenseKind::kF32;
+  if (absl::Status s = ToDenseKind(what, w_dtype, &kind); !s.ok()) return s;
+  if (segments.empty() || segments.size() > static_cast<size_t>(ds::kMaxSegments)) {
+    return Invalid(what, segments.size(), " segments, expected 1 to ", ds::kMaxSegments);
+  }
+  for (const DenseSegment& segment : segments) {
+    if (segment.out_features <= 0 || segment.out_features > kMaxFeatures) {
+      return Invalid(what, "out_features ", segment.out_features, " outside [1, 2^30]");
+    }
+  }
+  if (in_features <= 0 || in_features > kMaxFeatures || in_features % 8 != 0) {
+    return Invalid(what, "in_features ", in_features,
+                   " must be a positive multiple of 8 (16 bytes of bf16), at most 2^30");
+  }
+  if (n_tokens < 0 || n_tokens > kMaxDenseTokens) {
+    return Invalid(what, "n_tokens ", n_tokens, " outside [0, ", kMaxDenseTokens, "]");
+  }
+  if (n_tokens == 0) return absl::OkStatus();
+  if (x == nullptr) return Invalid(what, "null pointer");
+  if (!Aligned16(x) || (up != nullptr && !Aligned16(up))) {
+    return Invalid(what, "w and the activations must be 16-byte aligned");
+  }
+  ds::DenseSegmentArgs args[ds::kMaxSegments];
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const DenseSegment& segment = segments[s];
+    if (segment.w == nullptr || segment.y == nullptr) return Invalid(what, "null pointer");
+    if (!Aligned16(segment.w)) {
+      return Invalid(what, "w and the activations must be 16-byte aligned");
+    }
+    args[s] = {segment.w, segment.out_features, segment.y};
+  }
+  return CudaStatus(ds::LaunchDenseMatMulRowsMulti(args, static_cast<int>(segments.size()), kind,
+                                                   in_features, x, up, n_tokens, row_path,
+                                                   want_path, stream),
+                    what);
+}
+
+// The same for int4 views (Int4MatMul's checks for each); `up` non-null: SwiGLU on load.
+absl::Status Int4Product(const char* what, absl::Span<const Int4Segment> segments,
+                         const float* x, const float* up, int64_t n_tokens,
+                         const int32_t* row_path, int32_t want_path, cudaStream_t stream) {
+  constexpr int kMaxSegments = matmul_internal::kMaxInt4Segments;
+  if (segments.empty() || segments.size() > static_cast<size_t>(kMaxSegments)) {
+    return Invalid(what, segments.size(), " segments, expected 1 to ", kMaxSegments);
+  }
+  const std::string view_what = absl::StrCat("cuda ", what);
+  const Int4GpuView& first = segments[0].w;
+  for (const Int4Segment& segment : segments) {
+    if (absl::Status s = CheckInt4GpuView(segment.w, view_what, /*check_pointers=*/false);
+        !s.ok()) {
+      return s;
+    }
+    if (segment.w.cols != first.cols || segment.w.group_size != first.group_size) {
+      return Invalid(what, "every segment needs cols ", first.cols, " and group_size ",
+                     first.group_size, ", got ", segment.w.cols, " and ", segment.w.group_size);
+    }
+  }
+  if (n_tokens < 0 || n_tokens > kMaxDenseTokens) {
+    return Invalid(what, "n_tokens ", n_tokens, " outside [0, ", kMaxDenseTokens, "]");
+  }
+  if (n_tokens == 0) return absl::OkStatus();
+  if (x == nullptr) return Invalid(what, "null pointer");
+  if (!Aligned16(x) || (up != nullptr && !Aligned16(up))) {
+    return Invalid(what, "the activations must be 16-byte aligned");
+  }
+  Int4GpuView views[kMaxSegments];
+  float* ys[kMaxSegments] = {};
+  for (size_t s = 0; s < segments.size(); ++s) {
+    if (absl::Status st = CheckInt4GpuView(segments[s].w, view_what, /*check_pointers=*/true);
+        !st.ok()) {
+      return st;
+    }
+    if (segments[s].y == nullptr) return Invalid(what, "null pointer");
+    views[s] = segments[s].w;
+    ys[s] = segments[s].y;
+  }
+  const auto input = up != nullptr ? matmul_internal::Int4Input::kSwiGluF32
+                                   : matmul_internal::Int4Input::kF32;
+  return CudaStatus(
+      matmul_internal::LaunchInt4MatMulMulti(views, ys, static_cast<int>(segments.size()), x, up,
+                                             input, n_tokens, row_path, want_path, stream),
+      what);
+}
+
+// The page-region arguments shared by WriteKvRows and RopeWriteKvRows.
+absl::Status CheckKvArgs(const char* what, int64_t n_rows, int page_table_stride,
+                         int64_t num_pages, const PageShape& shape) {
+  if (shape.n_kv_heads <= 0 || shape.block_size <= 0 || shape.head_dim <= 0) {
+    return Invalid(what, "page shape needs positive n_kv_heads, block_size and head_dim, got ",
+                   shape.n_kv_heads, ", ", shape.block_size, ", ", shape.head_dim);
+  }
+  if (num_pages < 0 || num_pages > kMaxGridX) {
+    return Invalid(what, "page count ", num_pages, " outside [0, 2^31)");
+  }
+  // Offsets are int64: keep the region far from overflow.
+  if (shape.page_floats() > (int64_t{1} << 40) / (num_pages + 1)) {
+    return Invalid(what, "region of ", num_pages, " pages of ", shape.page_floats(),
+                   " floats is too large");
+  }
+  if (page_table_stride <= 0) {
+    return Invalid(what, "page_table_stride ", page_table_stride, " must be positive");
+  }
+  if (n_rows < 0 || n_rows > kMaxGridX) {
+    return Invalid(what, "row count ", n_rows, " outside [0, 2^31)");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
+
+absl::Status DenseMatMulRowsMulti(absl::Span<const DenseSegment> segments, DType w_dtype,
+                                  int64_t in_features, const float* x, int64_t n_tokens,
+                                  const int32_t* row_path, int32_t want_path,
+                                  cudaStream_t stream) {
+  return DenseProduct("DenseMatMulRowsMulti", segments, w_dtype, in_features, x, /*up=*/nullptr,
+                      n_tokens, row_path, want_path, stream);
+}
 
 absl::Status DenseMatMulRows(const void* w, DType w_dtype, int64_t out_features,
                              int64_t in_features, const float* x, int64_t n_tokens,
                              const int32_t* row_path, int32_t want_path, float* y,
                              cudaStream_t stream) {
-  constexpr const char* kWhat = "DenseMatMulRows";
-  ds::DenseKind kind = ds::DenseKind::kF32;
-  if (absl::Status s = ToDenseKind(w_dtype, &kind); !s.ok()) return s;
-  if (out_features <= 0 || out_features > kMaxFeatures) {
-    return Invalid(kWhat, "out_features ", out_features, " outside [1, 2^30]");
-  }
-  if (in_features <= 0 || in_features > kMaxFeatures || in_features % 8 != 0) {
-    return Invalid(kWhat, "in_features ", in_features,
-                   " must be a positive multiple of 8 (16 bytes of bf16), at most 2^30");
-  }
-  if (n_tokens < 0 || n_tokens > kMaxDenseTokens) {
-    return Invalid(kWhat, "n_tokens ", n_tokens, " outside [0, ", kMaxDenseTokens, "]");
-  }
-  if (n_tokens == 0) return absl::OkStatus();
-  if (w == nullptr || x == nullptr || y == nullptr) return Invalid(kWhat, "null pointer");
-  if (!Aligned16(w) || !Aligned16(x)) {
-    return Invalid(kWhat, "w and x must be 16-byte aligned");
-  }
-  return CudaStatus(ds::LaunchDenseMatMulRows(w, kind, out_features, in_features, x, n_tokens,
-                                              row_path, want_path, y, stream),
-                    kWhat);
+  const DenseSegment segment{w, out_features, y};
+  return DenseProduct("DenseMatMulRows", absl::MakeConstSpan(&segment, 1), w_dtype, in_features,
+                      x, /*up=*/nullptr, n_tokens, row_path, want_path, stream);
+}
+
+absl::Status DenseMatMulRowsSwiGlu(const void* w, DType w_dtype, int64_t out_features,
+                                   int64_t in_features, const float* gate, const float* up,
+                                   int64_t n_tokens, const int32_t* row_path, int32_t want_path,
+                                   float* y, cudaStream_t stream) {
+  const DenseSegment segment{w, out_features, y};
+  // A null `up` is reported by the pointer check, not taken for "no SwiGLU".
+  if (n_tokens > 0 && up == nullptr) return Invalid("DenseMatMulRowsSwiGlu", "null pointer");
+  return DenseProduct("DenseMatMulRowsSwiGlu", absl::MakeConstSpan(&segment, 1), w_dtype,
+                      in_features, gate, up, n_tokens, row_path, want_path, stream);
 }
 
 absl::Status Int4MatMulRows(const Int4GpuView& w, const float* x, int64_t n_tokens,
@@ -90,28 +208,68 @@ absl::Status Int4MatMulRows(const Int4GpuView& w, const float* x, int64_t n_toke
   return Int4MatMul(w, x, n_tokens, row_path, want_path, y, stream);
 }
 
+absl::Status Int4MatMulRowsMulti(absl::Span<const Int4Segment> segments, const float* x,
+                                 int64_t n_tokens, const int32_t* row_path, int32_t want_path,
+                                 cudaStream_t stream) {
+  return Int4Product("Int4MatMulRowsMulti", segments, x, /*up=*/nullptr, n_tokens, row_path,
+                     want_path, stream);
+}
+
+absl::Status Int4MatMulRowsSwiGlu(const Int4GpuView& w, const float* gate, const float* up,
+                                  int64_t n_tokens, const int32_t* row_path, int32_t want_path,
+                                  float* y, cudaStream_t stream) {
+  const Int4Segment segment{w, y};
+  if (n_tokens > 0 && up == nullptr) return Invalid("Int4MatMulRowsSwiGlu", "null pointer");
+  return Int4Product("Int4MatMulRowsSwiGlu", absl::MakeConstSpan(&segment, 1), gate, up,
+                     n_tokens, row_path, want_path, stream);
+}
+
+absl::Status RopeWriteKvRows(float* q, int n_q_heads, float* k, const float* v, int n_kv_heads,
+                             int head_dim, const int32_t* positions, int64_t n_rows,
+                             const float* inv_freq, RopeStyle style, const int32_t* page_table,
+                             int page_table_stride, float* kv_layer, int64_t num_pages,
+                             const PageShape& shape, int32_t* error_flag, cudaStream_t stream) {
+  constexpr const char* kWhat = "RopeWriteKvRows";
+  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > kMaxHeadDim) {
+    return Invalid(kWhat, "head_dim ", head_dim, " must be even and in [2, ", kMaxHeadDim, "]");
+  }
+  if (n_q_heads < 0 || n_kv_heads <= 0) {
+    return Invalid(kWhat, "head counts ", n_q_heads, " / ", n_kv_heads,
+                   " (query heads >= 0, kv heads >= 1)");
+  }
+  if (shape.n_kv_heads != n_kv_heads || shape.head_dim != head_dim) {
+    return Invalid(kWhat, "page shape (", shape.n_kv_heads, " kv heads, head_dim ",
+                   shape.head_dim, ") does not match the rows (", n_kv_heads, ", ", head_dim, ")");
+  }
+  // (heads * head_dim / 2) indexes an int loop in the kernel.
+  if ((int64_t{n_q_heads} + n_kv_heads) * (head_dim / 2) > std::numeric_limits<int32_t>::max()) {
+    return Invalid(kWhat, "too many heads: ", n_q_heads, " + ", n_kv_heads);
+  }
+  if (style != RopeStyle::kInterleaved && style != RopeStyle::kHalves) {
+    return Invalid(kWhat, "unknown RoPE style ", static_cast<int>(style));
+  }
+  if (absl::Status s = CheckKvArgs(kWhat, n_rows, page_table_stride, num_pages, shape); !s.ok()) {
+    return s;
+  }
+  if (n_rows == 0) return absl::OkStatus();
+  if ((n_q_heads > 0 && q == nullptr) || k == nullptr || v == nullptr || positions == nullptr ||
+      inv_freq == nullptr || page_table == nullptr || kv_layer == nullptr) {
+    return Invalid(kWhat, "null pointer");
+  }
+  return CudaStatus(ds::LaunchRopeWriteKvRows(q, n_q_heads, k, v, positions, n_rows, inv_freq,
+                                              style == RopeStyle::kInterleaved, page_table,
+                                              page_table_stride, kv_layer, num_pages, shape,
+                                              error_flag, stream),
+                    kWhat);
+}
+
 absl::Status WriteKvRows(const float* k, const float* v, int64_t n_rows, const int32_t* positions,
                          const int32_t* page_table, int page_table_stride, float* kv_layer,
                          int64_t num_pages, const PageShape& shape, int32_t* error_flag,
                          cudaStream_t stream) {
   constexpr const char* kWhat = "WriteKvRows";
-  if (shape.n_kv_heads <= 0 || shape.block_size <= 0 || shape.head_dim <= 0) {
-    return Invalid(kWhat, "page shape needs positive n_kv_heads, block_size and head_dim, got ",
-                   shape.n_kv_heads, ", ", shape.block_size, ", ", shape.head_dim);
-  }
-  if (num_pages < 0 || num_pages > kMaxGridX) {
-    return Invalid(kWhat, "page count ", num_pages, " outside [0, 2^31)");
-  }
-  // Offsets are int64: keep the region far from overflow.
-  if (shape.page_floats() > (int64_t{1} << 40) / (num_pages + 1)) {
-    return Invalid(kWhat, "region of ", num_pages, " pages of ", shape.page_floats(),
-                   " floats is too large");
-  }
-  if (page_table_stride <= 0) {
-    return Invalid(kWhat, "page_table_stride ", page_table_stride, " must be positive");
-  }
-  if (n_rows < 0 || n_rows > kMaxGridX) {
-    return Invalid(kWhat, "row count ", n_rows, " outside [0, 2^31)");
+  if (absl::Status s = CheckKvArgs(kWhat, n_rows, page_table_stride, num_pages, shape); !s.ok()) {
+    return s;
   }
   if (n_rows == 0) return absl::OkStatus();
   if (k == nullptr || v == nullptr || positions == nullptr || page_table == nullptr ||

@@ -8,12 +8,17 @@
 
 #include <cstdint>
 
+#include "core/kernels/cuda/activation_load.cuh"
 #include "core/kernels/cuda/decode_step_kernels_launch.h"
+#include "core/kernels/cuda/elementwise_math.cuh"
 #include "core/kernels/cuda/int4_matmul_kernel.h"
 
 namespace estuary::cuda::decode_step_internal {
 namespace {
 
+using kernel_math::F32Activations;
+using kernel_math::SwiGluActivations;
+using matmul_internal::PickSegment;
 using matmul_internal::SelectRowTile;
 
 constexpr int kWarpSize = 32;
@@ -37,53 +42,70 @@ __device__ __forceinline__ float WarpMin(float v) {
 
 // --- Dense row-masked product -----------------------------------------------------------------
 //
-// Block = 4 output rows × one tile of up to T wanted tokens; its warps split the input dimension
-// in 8-element chunks (thread i takes chunks i, i + blockDim.x, ...: a block's loads of one row
-// are contiguous). Per chunk each thread loads 8 weights of each of its 4 rows (16-byte loads)
-// and, per token of the tile, 8 activations, and accumulates with fmaf. Lanes are reduced with
-// shuffles, warps through shared memory in warp order.
+// A row group = 4 output rows of one segment × one tile of up to T wanted tokens; its W warps
+// split the input dimension in 8-element chunks (thread i of the group takes chunks i,
+// i + 32W, ...: the group's loads of one row are contiguous). Per chunk each thread loads 8
+// weights of each of its 4 rows (16-byte loads) and, per token of the tile, 8 activations through
+// the load policy, and accumulates with fmaf. Lanes are reduced with shuffles, the group's warps
+// through shared memory in warp order. W depends only on the segment's (out_features,
+// in_features) (DenseWarps), so a row's reduction order is the same whether its segment is
+// launched alone or with others. A block has max_s W_s warps and holds max / W_s row groups of
+// its segment (one when launched alone): every warp has work.
 
 constexpr int kDenseRows = 4;
 constexpr int kDenseMaxWarps = 8;
 constexpr int64_t kDenseTargetWarps = 2048;  // about 16 resident warps on each of 132 SMs
 
-// Eight f32 activations from 16-byte aligned memory.
-__device__ __forceinline__ void LoadX8(const float* p, float (&out)[8]) {
-  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
-  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
-  out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
-  out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+// Warps per row group: split the input dimension over more warps while the segment's grid is
+// small, as long as every lane keeps at least one chunk. Depends on the shape only: results are
+// reproducible, and the same in a multi-segment launch.
+int DenseWarps(int64_t out_features, int64_t in_features) {
+  const int64_t groups = (out_features + kDenseRows - 1) / kDenseRows;
+  const int64_t chunks = in_features / 8;
+  int warps = 1;
+  while (warps < kDenseMaxWarps && groups * warps < kDenseTargetWarps &&
+         int64_t{warps} * 2 * kWarpSize <= chunks) {
+    warps *= 2;
+  }
+  return warps;
 }
 
 // Eight weights starting at element `elem` (a multiple of 8) as f32.
 template <DenseKind kKind>
 __device__ __forceinline__ void LoadW8(const void* w, int64_t elem, float (&out)[8]) {
   if constexpr (kKind == DenseKind::kF32) {
-    LoadX8(static_cast<const float*>(w) + elem, out);
+    kernel_math::LoadF32x8(static_cast<const float*>(w) + elem, out);
+  } else if constexpr (kKind == DenseKind::kBf16) {
+    kernel_math::LoadBf16x8(static_cast<const uint16_t*>(w) + elem, out);
   } else {
     const uint4 v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w) + elem));
     const unsigned words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       // Little-endian: element 2i is the low half of word i.
-      if constexpr (kKind == DenseKind::kBf16) {
-        out[2 * i] = __uint_as_float(words[i] << 16);
-        out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-      } else {
-        const auto lo = static_cast<unsigned short>(words[i] & 0xffffu);
-        const auto hi = static_cast<unsigned short>(words[i] >> 16);
-        out[2 * i] = __half2float(__ushort_as_half(lo));
-        out[2 * i + 1] = __half2float(__ushort_as_half(hi));
-      }
+      const auto lo = static_cast<unsigned short>(words[i] & 0xffffu);
+      const auto hi = static_cast<unsigned short>(words[i] >> 16);
+      out[2 * i] = __half2float(__ushort_as_half(lo));
+      out[2 * i + 1] = __half2float(__ushort_as_half(hi));
     }
   }
 }
 
-template <DenseKind kKind, int T>
+// The segments of one launch, passed by value. Segment s owns blocks [first_block[s],
+// first_block[s + 1]) of grid.x, each holding blockDim.x / 32 / warps[s] row groups.
+struct DenseTable {
+  const void* w[kMaxSegments];
+  float* y[kMaxSegments];
+  int out_features[kMaxSegments];
+  int warps[kMaxSegments];
+  int first_block[kMaxSegments + 1];
+  int n_segments;
+};
+
+template <DenseKind kKind, int T, typename Load>
 __global__ void __launch_bounds__(kDenseMaxWarps * kWarpSize)
-    DenseRowsKernel(const void* __restrict__ w, int out_features, int in_features,
-                    const float* __restrict__ x, int n_tokens, const int32_t* __restrict__ row_path,
-                    int32_t want_path, float* __restrict__ y) {
+    DenseRowsKernel(DenseTable table, int in_features, Load load, int n_tokens,
+                    const int32_t* __restrict__ row_path, int32_t want_path) {
   __shared__ int tile_rows[T];
   __shared__ int warp_counts[kWarpSize];
   __shared__ float partial[kDenseMaxWarps][kDenseRows][T];
@@ -91,11 +113,25 @@ __global__ void __launch_bounds__(kDenseMaxWarps * kWarpSize)
                                   tile_rows, warp_counts);
   if (nt == 0) return;  // the whole block, before any weight is read
 
+  // This block's segment (first_block[s] is the block count for s >= n_segments). Its fields are
+  // read where they are used (y only at the end), to keep register pressure low.
+  static_assert(kMaxSegments == 3, "the segment search below");
+  const int block = static_cast<int>(blockIdx.x);
+  const int seg = block >= table.first_block[2] ? 2 : block >= table.first_block[1] ? 1 : 0;
+  const void* __restrict__ w = PickSegment(table.w, seg);
+  const int out_features = PickSegment(table.out_features, seg);
+  const int seg_warps = PickSegment(table.warps, seg);
+  const int first_block = PickSegment(table.first_block, seg);
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int n_warps = static_cast<int>(blockDim.x) / kWarpSize;
-  const int row0 = static_cast<int>(blockIdx.x) * kDenseRows;
-  // Rows past out_features repeat the last row: computed, never written.
+  const int groups_per_block = static_cast<int>(blockDim.x) / kWarpSize / seg_warps;
+  const int sub = warp / seg_warps;  // row group within the block
+  const int group_thread = (warp % seg_warps) * kWarpSize + lane;
+  const int group_threads = seg_warps * kWarpSize;
+  const int block_row0 = (block - first_block) * groups_per_block * kDenseRows;
+  const int row0 = block_row0 + sub * kDenseRows;
+  // Rows past out_features repeat the last row: computed, never written. A group entirely past
+  // the end (the segment's last block) skips the loop.
   int64_t w_base[kDenseRows];
 #pragma unroll
   for (int r = 0; r < kDenseRows; ++r) {
@@ -113,9 +149,9 @@ __global__ void __launch_bounds__(kDenseMaxWarps * kWarpSize)
 #pragma unroll
     for (int t = 0; t < T; ++t) acc[r][t] = 0.0f;
 
-  const int chunks = in_features / 8;
+  const int chunks = row0 < out_features ? in_features / 8 : 0;
 #pragma unroll 2
-  for (int c = static_cast<int>(threadIdx.x); c < chunks; c += static_cast<int>(blockDim.x)) {
+  for (int c = group_thread; c < chunks; c += group_threads) {
     const int64_t col = static_cast<int64_t>(c) * 8;
     float wv[kDenseRows][8];
 #pragma unroll
@@ -124,7 +160,7 @@ __global__ void __launch_bounds__(kDenseMaxWarps * kWarpSize)
     for (int t = 0; t < T; ++t) {
       if (t < nt) {  // uniform over the block
         float xv[8];
-        LoadX8(x + x_base[t] + col, xv);
+        load.Load8(x_base[t] + col, xv);
 #pragma unroll
         for (int r = 0; r < kDenseRows; ++r)
 #pragma unroll
@@ -141,60 +177,106 @@ __global__ void __launch_bounds__(kDenseMaxWarps * kWarpSize)
       if (lane == 0) partial[warp][r][t] = v;
     }
   __syncthreads();
-  if (threadIdx.x < kDenseRows * T) {
-    const int r = static_cast<int>(threadIdx.x) / T;
-    const int t = static_cast<int>(threadIdx.x) % T;
-    if (t < nt && row0 + r < out_features) {
-      float sum = partial[0][r][t];
-      for (int wi = 1; wi < n_warps; ++wi) sum += partial[wi][r][t];
-      y[static_cast<int64_t>(tile_rows[t]) * out_features + row0 + r] = sum;
+  // Thread i sums (group i / (4T), row (i / T) % 4, token i % T) over the group's warps in order.
+  for (int i = static_cast<int>(threadIdx.x); i < groups_per_block * kDenseRows * T;
+       i += static_cast<int>(blockDim.x)) {
+    const int g = i / (kDenseRows * T);
+    const int r = i / T % kDenseRows;
+    const int t = i % T;
+    const int row = block_row0 + g * kDenseRows + r;
+    if (t < nt && row < out_features) {
+      const int first_warp = g * seg_warps;
+      float sum = partial[first_warp][r][t];
+      for (int wi = 1; wi < seg_warps; ++wi) sum += partial[first_warp + wi][r][t];
+      PickSegment(table.y, seg)[static_cast<int64_t>(tile_rows[t]) * out_features + row] = sum;
     }
   }
 }
 
-template <DenseKind kKind, int T>
-cudaError_t LaunchDense(const void* w, int64_t out_features, int64_t in_features, const float* x,
-                        int64_t n_tokens, const int32_t* row_path, int32_t want_path, float* y,
+template <DenseKind kKind, int T, typename Load>
+cudaError_t LaunchDense(const DenseTable& table, int block_warps, int in_features, Load load,
+                        int64_t n_tokens, const int32_t* row_path, int32_t want_path,
                         cudaStream_t stream) {
-  const int64_t groups = (out_features + kDenseRows - 1) / kDenseRows;
-  const int64_t chunks = in_features / 8;
-  // Split the input dimension over more warps while the grid is small, as long as every lane
-  // keeps at least one chunk. Depends on the shape only: results are reproducible.
-  int warps = 1;
-  while (warps < kDenseMaxWarps && groups * warps < kDenseTargetWarps &&
-         int64_t{warps} * 2 * kWarpSize <= chunks) {
-    warps *= 2;
-  }
-  const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>((n_tokens + T - 1) / T));
-  DenseRowsKernel<kKind, T><<<grid, warps * kWarpSize, 0, stream>>>(
-      w, static_cast<int>(out_features), static_cast<int>(in_features), x,
-      static_cast<int>(n_tokens), row_path, want_path, y);
+  const dim3 grid(static_cast<unsigned>(table.first_block[table.n_segments]),
+                  static_cast<unsigned>((n_tokens + T - 1) / T));
+  DenseRowsKernel<kKind, T, Load><<<grid, block_warps * kWarpSize, 0, stream>>>(
+      table, in_features, load, static_cast<int>(n_tokens), row_path, want_path);
   return cudaGetLastError();
 }
 
-template <DenseKind kKind>
-cudaError_t LaunchDenseKind(const void* w, int64_t out_features, int64_t in_features,
-                            const float* x, int64_t n_tokens, const int32_t* row_path,
-                            int32_t want_path, float* y, cudaStream_t stream) {
+// The token tile size depends on n_tokens only.
+template <DenseKind kKind, typename Load>
+cudaError_t LaunchDenseTiled(const DenseTable& table, int block_warps, int in_features, Load load,
+                             int64_t n_tokens, const int32_t* row_path, int32_t want_path,
+                             cudaStream_t stream) {
   if (n_tokens <= 1) {
-    return LaunchDense<kKind, 1>(w, out_features, in_features, x, n_tokens, row_path, want_path, y,
-                                 stream);
+    return LaunchDense<kKind, 1>(table, block_warps, in_features, load, n_tokens, row_path,
+                                 want_path, stream);
   }
   if (n_tokens <= 2) {
-    return LaunchDense<kKind, 2>(w, out_features, in_features, x, n_tokens, row_path, want_path, y,
-                                 stream);
+    return LaunchDense<kKind, 2>(table, block_warps, in_features, load, n_tokens, row_path,
+                                 want_path, stream);
   }
   if (n_tokens <= 4) {
-    return LaunchDense<kKind, 4>(w, out_features, in_features, x, n_tokens, row_path, want_path, y,
-                                 stream);
+    return LaunchDense<kKind, 4>(table, block_warps, in_features, load, n_tokens, row_path,
+                                 want_path, stream);
   }
-  return LaunchDense<kKind, 8>(w, out_features, in_features, x, n_tokens, row_path, want_path, y,
-                               stream);
+  return LaunchDense<kKind, 8>(table, block_warps, in_features, load, n_tokens, row_path,
+                               want_path, stream);
+}
+
+template <typename Load>
+cudaError_t LaunchDenseLoad(const DenseTable& table, int block_warps, DenseKind kind,
+                            int in_features, Load load, int64_t n_tokens,
+                            const int32_t* row_path, int32_t want_path, cudaStream_t stream) {
+  switch (kind) {
+    case DenseKind::kF32:
+      return LaunchDenseTiled<DenseKind::kF32>(table, block_warps, in_features, load, n_tokens,
+                                               row_path, want_path, stream);
+    case DenseKind::kBf16:
+      return LaunchDenseTiled<DenseKind::kBf16>(table, block_warps, in_features, load, n_tokens,
+                                                row_path, want_path, stream);
+    case DenseKind::kF16:
+      return LaunchDenseTiled<DenseKind::kF16>(table, block_warps, in_features, load, n_tokens,
+                                               row_path, want_path, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 // --- KV rows into pages -----------------------------------------------------------------------
 
 constexpr int kKvThreads = 128;
+
+// Where row t (position pos >= 0) goes: the K element (kv head 0, d 0) of its (page, slot); head
+// h's K row is at + h * block_size * head_dim and its V row n_kv_heads heads further. nullptr
+// (and *error_flag = 1, from thread 0) when the position is past the page table or the page id
+// is outside [0, num_pages). The same in every thread.
+__device__ __forceinline__ float* KvSlot(int64_t t, int pos, const int32_t* page_table,
+                                         int page_table_stride, float* kv_layer, int64_t num_pages,
+                                         int n_kv_heads, int block_size, int head_dim,
+                                         int32_t* error_flag) {
+  const int logical = pos / block_size;
+  const int64_t page =
+      logical < page_table_stride ? page_table[t * page_table_stride + logical] : int64_t{-1};
+  if (page < 0 || page >= num_pages) {
+    if (error_flag != nullptr && threadIdx.x == 0) *error_flag = 1;
+    return nullptr;
+  }
+  const int64_t head_floats = static_cast<int64_t>(block_size) * head_dim;
+  return kv_layer + page * 2 * n_kv_heads * head_floats +
+         static_cast<int64_t>(pos % block_size) * head_dim;
+}
+
+// Copies rows of n_kv_heads * head_dim floats (head h, element d at h * head_dim + d) into the
+// slot's K (or V) rows, the block's threads striding over the elements.
+__device__ __forceinline__ void CopyToSlot(const float* __restrict__ row, float* slot,
+                                           int n_kv_heads, int block_size, int head_dim) {
+  const int64_t row_floats = static_cast<int64_t>(n_kv_heads) * head_dim;
+  const int64_t head_floats = static_cast<int64_t>(block_size) * head_dim;
+  for (int64_t i = threadIdx.x; i < row_floats; i += blockDim.x) {
+    slot[i / head_dim * head_floats + i % head_dim] = row[i];
+  }
+}
 
 __global__ void WriteKvRowsKernel(const float* __restrict__ k, const float* __restrict__ v,
                                   const int32_t* __restrict__ positions,
@@ -204,27 +286,41 @@ __global__ void WriteKvRowsKernel(const float* __restrict__ k, const float* __re
   const int64_t t = blockIdx.x;
   const int pos = positions[t];
   if (pos < 0) return;  // padding row
-  const int logical = pos / block_size;
-  const int64_t page =
-      logical < page_table_stride ? page_table[t * page_table_stride + logical] : int64_t{-1};
-  if (page < 0 || page >= num_pages) {
-    if (error_flag != nullptr && threadIdx.x == 0) *error_flag = 1;
-    return;
-  }
-  const int slot = pos % block_size;
+  float* slot = KvSlot(t, pos, page_table, page_table_stride, kv_layer, num_pages, n_kv_heads,
+                       block_size, head_dim, error_flag);
+  if (slot == nullptr) return;
+  const int64_t row_floats = static_cast<int64_t>(n_kv_heads) * head_dim;
+  const int64_t v_offset = static_cast<int64_t>(n_kv_heads) * block_size * head_dim;
+  CopyToSlot(k + t * row_floats, slot, n_kv_heads, block_size, head_dim);
+  CopyToSlot(v + t * row_floats, slot + v_offset, n_kv_heads, block_size, head_dim);
+}
+
+// ApplyRope on row t's q and k (kernel_math::RopeToken, as elementwise.cu's RopeKernel), each
+// rotated key element also stored into the row's page slot by the thread that computed it, then
+// V copied as WriteKvRowsKernel does. Padding rows (pos < 0) are not touched at all; a row with
+// a bad page id is still rotated (as ApplyRope would) but not written, and flagged.
+__global__ void RopeWriteKvKernel(float* q, int n_q_heads, float* k, const float* __restrict__ v,
+                                  const int32_t* __restrict__ positions,
+                                  const float* __restrict__ inv_freq, bool interleaved,
+                                  const int32_t* __restrict__ page_table, int page_table_stride,
+                                  float* kv_layer, int64_t num_pages, int n_kv_heads,
+                                  int block_size, int head_dim, int32_t* error_flag) {
+  extern __shared__ float trig[];  // [head_dim / 2] cos, then [head_dim / 2] sin
+  const int64_t t = blockIdx.x;
+  const int pos = positions[t];
+  if (pos < 0) return;  // padding row: uniform over the block, before any barrier
+  float* slot = KvSlot(t, pos, page_table, page_table_stride, kv_layer, num_pages, n_kv_heads,
+                       block_size, head_dim, error_flag);
   const int64_t row_floats = static_cast<int64_t>(n_kv_heads) * head_dim;
   const int64_t head_floats = static_cast<int64_t>(block_size) * head_dim;
-  float* page_base = kv_layer + page * 2 * n_kv_heads * head_floats;
-  const float* k_row = k + t * row_floats;
-  const float* v_row = v + t * row_floats;
-  for (int64_t i = threadIdx.x; i < 2 * row_floats; i += blockDim.x) {
-    const bool is_v = i >= row_floats;
-    const int64_t j = is_v ? i - row_floats : i;
-    const int64_t head = j / head_dim;
-    const int64_t d = j % head_dim;
-    const int64_t dst = ((is_v ? n_kv_heads : 0) + head) * head_floats +
-                        static_cast<int64_t>(slot) * head_dim + d;
-    page_base[dst] = is_v ? v_row[j] : k_row[j];
+  kernel_math::RopeToken(q + t * n_q_heads * static_cast<int64_t>(head_dim), n_q_heads,
+                         k + t * row_floats, n_kv_heads, head_dim, pos, inv_freq, interleaved,
+                         trig, [&](int head, int d, float value) {
+                           if (slot != nullptr) slot[head * head_floats + d] = value;
+                         });
+  if (slot != nullptr) {
+    CopyToSlot(v + t * row_floats, slot + n_kv_heads * head_floats, n_kv_heads, block_size,
+               head_dim);
   }
 }
 
@@ -434,23 +530,39 @@ cudaError_t LaunchExit(const ExitKernelArgs& args, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t LaunchDenseMatMulRows(const void* w, DenseKind kind, int64_t out_features,
-                                  int64_t in_features, const float* x, int64_t n_tokens,
-                                  const int32_t* row_path, int32_t want_path, float* y,
-                                  cudaStream_t stream) {
-  if (n_tokens <= 0 || out_features <= 0) return cudaSuccess;
-  switch (kind) {
-    case DenseKind::kF32:
-      return LaunchDenseKind<DenseKind::kF32>(w, out_features, in_features, x, n_tokens,
-                                              row_path, want_path, y, stream);
-    case DenseKind::kBf16:
-      return LaunchDenseKind<DenseKind::kBf16>(w, out_features, in_features, x, n_tokens,
-                                               row_path, want_path, y, stream);
-    case DenseKind::kF16:
-      return LaunchDenseKind<DenseKind::kF16>(w, out_features, in_features, x, n_tokens,
-                                              row_path, want_path, y, stream);
+cudaError_t LaunchDenseMatMulRowsMulti(const DenseSegmentArgs* segments, int n_segments,
+                                       DenseKind kind, int64_t in_features, const float* x,
+                                       const float* x_up, int64_t n_tokens,
+                                       const int32_t* row_path, int32_t want_path,
+                                       cudaStream_t stream) {
+  if (n_tokens <= 0) return cudaSuccess;
+  if (n_segments < 1 || n_segments > kMaxSegments) return cudaErrorInvalidValue;
+  DenseTable table{};
+  table.n_segments = n_segments;
+  int block_warps = 1;
+  for (int s = 0; s < n_segments; ++s) {
+    table.w[s] = segments[s].w;
+    table.y[s] = segments[s].y;
+    table.out_features[s] = static_cast<int>(segments[s].out_features);
+    table.warps[s] = DenseWarps(segments[s].out_features, in_features);
+    if (table.warps[s] > block_warps) block_warps = table.warps[s];
   }
-  return cudaErrorInvalidValue;
+  int blocks = 0;
+  for (int s = 0; s < n_segments; ++s) {
+    const int64_t groups = (segments[s].out_features + kDenseRows - 1) / kDenseRows;
+    const int64_t groups_per_block = block_warps / table.warps[s];
+    table.first_block[s] = blocks;
+    blocks += static_cast<int>((groups + groups_per_block - 1) / groups_per_block);
+  }
+  for (int s = n_segments; s <= kMaxSegments; ++s) table.first_block[s] = blocks;
+  if (blocks == 0) return cudaSuccess;
+  const int in = static_cast<int>(in_features);
+  if (x_up != nullptr) {
+    return LaunchDenseLoad(table, block_warps, kind, in, SwiGluActivations{x, x_up}, n_tokens,
+                           row_path, want_path, stream);
+  }
+  return LaunchDenseLoad(table, block_warps, kind, in, F32Activations{x}, n_tokens, row_path,
+                         want_path, stream);
 }
 
 cudaError_t LaunchWriteKvRows(const float* k, const float* v, int64_t n_rows,
@@ -461,6 +573,20 @@ cudaError_t LaunchWriteKvRows(const float* k, const float* v, int64_t n_rows,
   WriteKvRowsKernel<<<static_cast<unsigned>(n_rows), kKvThreads, 0, stream>>>(
       k, v, positions, page_table, page_table_stride, kv_layer, num_pages, shape.n_kv_heads,
       shape.block_size, shape.head_dim, error_flag);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRopeWriteKvRows(float* q, int n_q_heads, float* k, const float* v,
+                                  const int32_t* positions, int64_t n_rows, const float* inv_freq,
+                                  bool interleaved, const int32_t* page_table,
+                                  int page_table_stride, float* kv_layer, int64_t num_pages,
+                                  const PageShape& shape, int32_t* error_flag,
+                                  cudaStream_t stream) {
+  if (n_rows <= 0) return cudaSuccess;
+  const size_t shared_bytes = sizeof(float) * static_cast<size_t>(shape.head_dim);  // cos + sin
+  RopeWriteKvKernel<<<static_cast<unsigned>(n_rows), kKvThreads, shared_bytes, stream>>>(
+      q, n_q_heads, k, v, positions, inv_freq, interleaved, page_table, page_table_stride,
+      kv_layer, num_pages, shape.n_kv_heads, shape.block_size, shape.head_dim, error_flag);
   return cudaGetLastError();
 }
 

@@ -2,7 +2,10 @@
 // The kernels a CUDA-graph-captured decode step needs beyond elementwise.h and int4_matmul.h
 // (built with ESTUARY_CUDA only): projections restricted to the rows of one path (backbone or
 // exit river), the KV write into a paged layer region, and the exit river's decision taken on the
-// device, so that a whole step (all layers, both paths) can be captured once and replayed.
+// device, so that a whole step (all layers, both paths) can be captured once and replayed; and
+// fused forms of them that cut the kernel nodes per layer (q/k/v or gate/up in one product,
+// SwiGLU computed inside the down projection, RoPE + KV write in one launch), each bitwise equal
+// to the separate calls it replaces.
 //
 // Every function here:
 //   - takes device pointers (except the argument structs themselves) and enqueues its work on
@@ -23,8 +26,10 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "core/kernels/cuda/elementwise_types.h"
 #include "core/kernels/cuda/int4_matmul_kernel.h"
+#include "core/model/llama_config.h"
 #include "core/tensor/dtype.h"
 
 namespace estuary::cuda {
@@ -82,6 +87,83 @@ inline constexpr int32_t kRowRiver = 1;      // int4 exit river
                                        int page_table_stride, float* kv_layer, int64_t num_pages,
                                        const PageShape& shape, int32_t* error_flag,
                                        cudaStream_t stream);
+
+// --- Fused launches (fewer nodes per layer in a captured decode step) -----------------------
+//
+// Each is numerically the same as the separate calls it replaces: the fused products run the
+// same kernel bodies as DenseMatMulRows / Int4MatMulRows (generalized to a table of segments and
+// a policy for reading the activations), and RoPE uses the same device code as ApplyRope.
+
+// Up to 3 products of the same input in one launch (q/k/v, or gate/up): segment s computes
+// y_s[t] = W_s x[t] for the wanted rows (row_path, want_path as DenseMatMulRows), exactly as
+// DenseMatMulRows would for that segment alone: bitwise, because a segment's warps per row
+// group, and so its per-row reduction order, depend only on its own (out_features, in_features);
+// a block holds one or more row groups of one segment. Every W_s has dtype w_dtype and
+// in_features columns, is 16-byte aligned, and has its own y_s [n_tokens][out_features_s] (the
+// y_s must not overlap each other or x). DenseMatMulRows is the one-segment case. Checks as
+// DenseMatMulRows for every segment, plus INVALID_ARGUMENT for 0 or more than 3 segments.
+struct DenseSegment {
+  const void* w = nullptr;
+  int64_t out_features = 0;
+  float* y = nullptr;
+};
+[[nodiscard]] absl::Status DenseMatMulRowsMulti(absl::Span<const DenseSegment> segments,
+                                                DType w_dtype, int64_t in_features,
+                                                const float* x, int64_t n_tokens,
+                                                const int32_t* row_path, int32_t want_path,
+                                                cudaStream_t stream);
+
+// The same for the int4 river kernel (Int4MatMulRows; x f32): every view has the same cols and
+// group_size (INVALID_ARGUMENT otherwise), each segment its own y [n_tokens][rows_s]. Bitwise
+// equal to one Int4MatMulRows per segment (a warp's 4 rows and their reduction never depend on
+// the other segments). Int4MatMulRows is the one-segment case.
+struct Int4Segment {
+  Int4GpuView w;
+  float* y = nullptr;
+};
+[[nodiscard]] absl::Status Int4MatMulRowsMulti(absl::Span<const Int4Segment> segments,
+                                               const float* x, int64_t n_tokens,
+                                               const int32_t* row_path, int32_t want_path,
+                                               cudaStream_t stream);
+
+// The MLP's down projection reading its input as silu(gate) * up, computed on load with the
+// same silu formula as SwiGlu in elementwise.cu (kernel_math::SiluMul), so the result equals
+// SwiGlu followed by DenseMatMulRows / Int4MatMulRows bitwise: the same f32 values go into the
+// same reduction. gate, up f32 [n_tokens][in_features] (16-byte aligned; y must not overlap
+// them). silu is recomputed by every block that reads a token's activations (once per 4 output
+// rows and tile): cheap next to the weight reads at decode batch sizes. Same checks as the
+// plain products.
+[[nodiscard]] absl::Status DenseMatMulRowsSwiGlu(const void* w, DType w_dtype,
+                                                 int64_t out_features, int64_t in_features,
+                                                 const float* gate, const float* up,
+                                                 int64_t n_tokens, const int32_t* row_path,
+                                                 int32_t want_path, float* y,
+                                                 cudaStream_t stream);
+[[nodiscard]] absl::Status Int4MatMulRowsSwiGlu(const Int4GpuView& w, const float* gate,
+                                                const float* up, int64_t n_tokens,
+                                                const int32_t* row_path, int32_t want_path,
+                                                float* y, cudaStream_t stream);
+
+// ApplyRope (elementwise.h: q [n_rows][n_q_heads][head_dim] and k [n_rows][n_kv_heads][head_dim]
+// rotated in place, same angle math through the same device code, both RopeStyle values)
+// followed by WriteKvRows (the rotated k and v into the pages), in one launch of one block per
+// row: each rotated key element is stored to k and to its page slot by the thread that computed
+// it. Bitwise equal to ApplyRope + WriteKvRows on every row with positions[t] >= 0. Rows with
+// positions[t] < 0 are left alone entirely (padding: q and k not rotated, nothing written).
+// Same error-flag rules as WriteKvRows: a bad page id or a position past the table skips the
+// row's KV write and sets *error_flag = 1, but its q and k are still rotated (as ApplyRope
+// would). shape.n_kv_heads and shape.head_dim must equal n_kv_heads and head_dim; head_dim even,
+// at most 8192; n_q_heads >= 0, n_kv_heads >= 1. Otherwise the checks of both functions.
+[[nodiscard]] absl::Status RopeWriteKvRows(float* q, int n_q_heads, float* k, const float* v,
+                                           int n_kv_heads, int head_dim,
+                                           const int32_t* positions, int64_t n_rows,
+                                           const float* inv_freq, RopeStyle style,
+                                           const int32_t* page_table, int page_table_stride,
+                                           float* kv_layer, int64_t num_pages,
+                                           const PageShape& shape, int32_t* error_flag,
+                                           cudaStream_t stream);
+
+// --- Exit decision --------------------------------------------------------------------------
 
 // The exit river's decision (design: /work/shared/docs/river-llm.md; CPU reference is the loop
 // at the top of the layer loop in core/model/forward_batch.cc — read it), taken on the device

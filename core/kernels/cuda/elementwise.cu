@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "core/kernels/cuda/elementwise_launch.h"
+#include "core/kernels/cuda/elementwise_math.cuh"
 
 namespace estuary::cuda::internal {
 namespace {
@@ -131,38 +132,15 @@ void LaunchNorm(float* residual, const float* delta, const void* weight, int64_t
 
 // --- RoPE -----------------------------------------------------------------------------------
 
+// One block per token; the rotation itself is kernel_math::RopeToken (elementwise_math.cuh),
+// shared with the fused RoPE + KV write of decode_step_kernels.cu.
 __global__ void RopeKernel(float* q, int n_q_heads, float* k, int n_kv_heads, int head_dim,
                            const int32_t* positions, const float* inv_freq, bool interleaved) {
-  extern __shared__ float trig[];  // [half] cos, then [half] sin
-  const int half = head_dim / 2;
-  float* cos_table = trig;
-  float* sin_table = trig + half;
+  extern __shared__ float trig[];  // [head_dim / 2] cos, then [head_dim / 2] sin
   const int64_t t = blockIdx.x;
-  const int pos = positions[t];
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    // The angle rounded to f32 exactly as on the CPU; precise cosf/sinf (no fast math).
-    const float angle = static_cast<float>(pos) * inv_freq[i];
-    cos_table[i] = cosf(angle);
-    sin_table[i] = sinf(angle);
-  }
-  __syncthreads();
-  const int first_stride = interleaved ? 2 : 1;
-  const int partner = interleaved ? 1 : half;
-  const int total = (n_q_heads + n_kv_heads) * half;
-  for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
-    const int head = idx / half;
-    const int i = idx % half;
-    float* x = head < n_q_heads
-                   ? q + (t * n_q_heads + head) * static_cast<int64_t>(head_dim)
-                   : k + (t * n_kv_heads + (head - n_q_heads)) * static_cast<int64_t>(head_dim);
-    const int a = i * first_stride;
-    const float v0 = x[a];
-    const float v1 = x[a + partner];
-    const float c = cos_table[i];
-    const float s = sin_table[i];
-    x[a] = v0 * c - v1 * s;
-    x[a + partner] = v0 * s + v1 * c;
-  }
+  kernel_math::RopeToken(q + t * n_q_heads * static_cast<int64_t>(head_dim), n_q_heads,
+                         k + t * n_kv_heads * static_cast<int64_t>(head_dim), n_kv_heads, head_dim,
+                         positions[t], inv_freq, interleaved, trig, kernel_math::NoKeyHook{});
 }
 
 // --- SwiGLU and embedding ------------------------------------------------------------------
@@ -170,8 +148,7 @@ __global__ void RopeKernel(float* q, int n_q_heads, float* k, int n_kv_heads, in
 __global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = gate[i];
-    out[i] = g * (1.0f / (1.0f + expf(-g))) * up[i];
+    out[i] = kernel_math::SiluMul(gate[i], up[i]);
   }
 }
 

@@ -31,25 +31,18 @@ bool ExactF16(float value, float multiplier, uint16_t* out) {
 }
 
 absl::Status CheckView(const Int4GpuView& w, const void* x, int64_t n_tokens, const float* y) {
-  if (w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0 || w.group_size <= 0 ||
-      w.group_size % 32 != 0 || w.rows >= (int64_t{1} << 31) || w.cols >= (int64_t{1} << 31) ||
-      w.n_groups != (w.cols + w.group_size - 1) / w.group_size) {
-    return absl::InvalidArgumentError(absl::StrCat("Int4MatMul: bad weight shape rows=", w.rows,
-                                                   " cols=", w.cols, " group=", w.group_size,
-                                                   " n_groups=", w.n_groups));
+  if (absl::Status s = CheckInt4GpuView(w, "Int4MatMul", /*check_pointers=*/false); !s.ok()) {
+    return s;
   }
   if (n_tokens < 0 || n_tokens > int64_t{65535} * 8) {
     return absl::InvalidArgumentError(absl::StrCat("Int4MatMul: bad n_tokens ", n_tokens));
   }
   if (n_tokens == 0) return absl::OkStatus();
-  if (w.nibbles == nullptr || w.scales == nullptr || w.offsets == nullptr || x == nullptr ||
-      y == nullptr) {
-    return absl::InvalidArgumentError("Int4MatMul: null pointer");
+  if (x == nullptr || y == nullptr) return absl::InvalidArgumentError("Int4MatMul: null pointer");
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0) {
+    return absl::InvalidArgumentError("Int4MatMul: x must be 16-byte aligned");
   }
-  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w.nibbles) % 16 != 0) {
-    return absl::InvalidArgumentError("Int4MatMul: x and nibbles must be 16-byte aligned");
-  }
-  return absl::OkStatus();
+  return CheckInt4GpuView(w, "Int4MatMul", /*check_pointers=*/true);
 }
 
 absl::Status Run(const Int4GpuView& w, const void* x, bool bf16, int64_t n_tokens,
@@ -62,6 +55,25 @@ absl::Status Run(const Int4GpuView& w, const void* x, bool bf16, int64_t n_token
 }
 
 }  // namespace
+
+absl::Status CheckInt4GpuView(const Int4GpuView& w, absl::string_view what,
+                              bool check_pointers) {
+  if (w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0 || w.group_size <= 0 ||
+      w.group_size % 32 != 0 || w.rows >= (int64_t{1} << 31) || w.cols >= (int64_t{1} << 31) ||
+      w.n_groups != (w.cols + w.group_size - 1) / w.group_size) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": bad weight shape rows=", w.rows,
+                                                   " cols=", w.cols, " group=", w.group_size,
+                                                   " n_groups=", w.n_groups));
+  }
+  if (!check_pointers) return absl::OkStatus();
+  if (w.nibbles == nullptr || w.scales == nullptr || w.offsets == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": null pointer"));
+  }
+  if (reinterpret_cast<uintptr_t>(w.nibbles) % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": nibbles must be 16-byte aligned"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Int4GpuHost> PackInt4ForGpu(const Int4Matrix& matrix) {
   if (matrix.empty()) return absl::InvalidArgumentError("PackInt4ForGpu: empty matrix");

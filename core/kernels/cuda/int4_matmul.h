@@ -21,7 +21,9 @@
 // consecutive lanes on consecutive chunks (coalesced 512-byte rows), unpacks the nibbles in
 // registers and adds s · Σ q·x + m · Σ x per chunk, all in f32; lanes are reduced with shuffles.
 // Tokens run in tiles of up to 8 per block (grid.y over tiles), so any n_tokens works; it is
-// meant for decode batches of 1..64. Not tuned: it has never run on a GPU.
+// meant for decode batches of 1..64. Not tuned: it has never run on a GPU. The same kernel body
+// also serves the fused launches of decode_step_kernels.h (up to three matrices with the same
+// columns in one launch, and silu(gate) * up computed on load).
 //
 // Numerics: f32 accumulation throughout (activations are not rounded to 16 bits, unlike the CPU
 // Int4MatMul). Tolerance (int4_matmul_test): |y - y_ref| <= 2e-5 · Σ_i |x_i| (|s| q_i + |m|) +
@@ -36,6 +38,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/kernels/cuda/int4_matmul_kernel.h"
 #include "core/quant/int4_matrix.h"
 #include "core/tensor/tensor.h"
@@ -115,5 +118,13 @@ class Int4GpuMatrix {
 [[nodiscard]] absl::Status Int4MatMul(const Int4GpuView& w, const uint16_t* x_bf16,
                                       int64_t n_tokens, const int32_t* row_path,
                                       int32_t want_path, float* y, cudaStream_t stream);
+
+// Int4MatMul's checks of one weight view, shared with the launchers that take views
+// (decode_step_kernels.h): INVALID_ARGUMENT, the message starting with `what`, for a shape the
+// kernel does not take (see Requirements above: cols % 32, group_size % 32, n_groups, rows and
+// cols below 2^31) and, when `check_pointers`, for null nibbles / scales / offsets or nibbles not
+// 16-byte aligned.
+[[nodiscard]] absl::Status CheckInt4GpuView(const Int4GpuView& w, absl::string_view what,
+                                            bool check_pointers);
 
 }  // namespace estuary::cuda

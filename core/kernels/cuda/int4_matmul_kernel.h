@@ -2,7 +2,7 @@
 // Internal: the device view of GPU int4 weights and the W4A16 kernel launcher
 // (int4_matmul_kernel.cu). Plain types only; see int4_matmul.h for the layout and the public API.
 // Under nvcc it also defines SelectRowTile, the row-mask tiling shared with the dense kernel of
-// decode_step_kernels.cu.
+// decode_step_kernels.cu, and PickSegment, for both kernels' segment tables.
 
 #include <cuda_runtime_api.h>
 
@@ -36,6 +36,22 @@ cudaError_t LaunchInt4MatMul(const Int4GpuView& w, const void* x, bool x_is_bf16
 cudaError_t LaunchInt4MatMulRows(const Int4GpuView& w, const void* x, bool x_is_bf16,
                                  int64_t n_tokens, const int32_t* row_path, int32_t want_path,
                                  float* y, cudaStream_t stream);
+
+// How the kernel reads its activations (activation_load.cuh): x f32, x bf16 bits, or
+// silu(x) * x_up computed on load (x is the gate, both f32 [n_tokens][cols]).
+enum class Int4Input : int { kF32 = 0, kBf16 = 1, kSwiGluF32 = 2 };
+inline constexpr int kMaxInt4Segments = 3;
+
+// Up to kMaxInt4Segments row-masked products of the same activations in one launch: segment s
+// computes y[s] = w[s] x for the wanted rows, bitwise as LaunchInt4MatMulRows would for it alone
+// (the per-row work and reduction order do not depend on the other segments). Every w[s] has the
+// same cols, group_size and n_groups; x_up is null unless input is kSwiGluF32. Checked by the
+// caller as LaunchInt4MatMul, plus 1 <= n_segments <= kMaxInt4Segments. LaunchInt4MatMulRows is
+// the one-segment case.
+cudaError_t LaunchInt4MatMulMulti(const Int4GpuView* w, float* const* y, int n_segments,
+                                  const void* x, const float* x_up, Int4Input input,
+                                  int64_t n_tokens, const int32_t* row_path, int32_t want_path,
+                                  cudaStream_t stream);
 
 #if defined(__CUDACC__)
 // Token rows of tile `tile` of a row-masked product with tiles of kTile rows. Without a mask
@@ -81,6 +97,15 @@ __device__ __forceinline__ int SelectRowTile(const int32_t* row_path, int32_t wa
   }
   const int count = seen - first;
   return count < 0 ? 0 : (count > kTile ? kTile : count);
+}
+
+// a[seg] for the segment tables of the multi-segment launches (seg in [0, 3)), with static
+// indices only: a dynamic index into a kernel-parameter array makes the compiler copy the whole
+// table to local memory.
+template <typename V, int kN>
+__device__ __forceinline__ V PickSegment(const V (&a)[kN], int seg) {
+  static_assert(kN >= 3, "three segments");
+  return seg == 2 ? a[2] : seg == 1 ? a[1] : a[0];
 }
 #endif  // __CUDACC__
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
@@ -29,6 +31,57 @@ absl::StatusOr<KvRegionMemory> AllocateDeviceRegion(size_t bytes) {
   std::shared_ptr<void> owner(data, [](void* p) { cudaFree(p); });
   ESTUARY_RETURN_IF_ERROR(CudaStatus(cudaMemset(data, 0, bytes), "KV region memset"));
   return KvRegionMemory{data, std::move(owner)};
+}
+
+// The paths one layer's projections may take in a step, with the weights of each. Kernels of a
+// path that no row can take in this layer are not launched at all; those of a path no row takes
+// in this step return before reading their weights.
+struct LayerPaths {
+  const DeviceLayerDense* backbone = nullptr;  // null: no row can be on the backbone here
+  const DeviceLayerInt4* river = nullptr;      // null: no row can be on the river here
+  const int32_t* row_path = nullptr;           // null: the model has no river (every row counts)
+  int bucket = 0;
+  cudaStream_t stream = nullptr;
+};
+
+// One product of a layer, named by the matrix on each path and its output.
+struct Projection {
+  const DeviceDense DeviceLayerDense::*dense;
+  const Int4GpuMatrix DeviceLayerInt4::*int4;
+  float* y;
+};
+
+// y = W x for every projection in `projections` (which share the input x): one launch per path.
+absl::Status Project(const LayerPaths& paths, std::initializer_list<Projection> projections,
+                     const float* x) {
+  if (paths.backbone != nullptr) {
+    std::vector<DenseSegment> segments;
+    for (const Projection& p : projections) {
+      const DeviceDense& w = paths.backbone->*p.dense;
+      segments.push_back({w.memory.get(), w.out_features, p.y});
+    }
+    const DeviceDense& first = paths.backbone->*projections.begin()->dense;
+    ESTUARY_RETURN_IF_ERROR(DenseMatMulRowsMulti(segments, first.dtype, first.in_features, x,
+                                                 paths.bucket, paths.row_path, kRowBackbone,
+                                                 paths.stream));
+  }
+  if (paths.river == nullptr) return absl::OkStatus();
+  std::vector<Int4Segment> segments;
+  for (const Projection& p : projections) segments.push_back({(paths.river->*p.int4).view(), p.y});
+  return Int4MatMulRowsMulti(segments, x, paths.bucket, paths.row_path, kRowRiver, paths.stream);
+}
+
+// y = W_down (silu(gate) * up), the activation computed as the kernels load their input.
+absl::Status ProjectDown(const LayerPaths& paths, const float* gate, const float* up, float* y) {
+  if (paths.backbone != nullptr) {
+    const DeviceDense& w = paths.backbone->w_down;
+    ESTUARY_RETURN_IF_ERROR(DenseMatMulRowsSwiGlu(w.memory.get(), w.dtype, w.out_features,
+                                                  w.in_features, gate, up, paths.bucket,
+                                                  paths.row_path, kRowBackbone, y, paths.stream));
+  }
+  if (paths.river == nullptr) return absl::OkStatus();
+  return Int4MatMulRowsSwiGlu(paths.river->w_down.view(), gate, up, paths.bucket, paths.row_path,
+                              kRowRiver, y, paths.stream);
 }
 
 }  // namespace
@@ -230,37 +283,25 @@ absl::Status DeviceDecoder::CheckRows(absl::Span<const DeviceStepRow> rows,
   return absl::OkStatus();
 }
 
-absl::Status DeviceDecoder::EnqueueProjection(const DeviceDense* dense, const Int4GpuMatrix* river,
-                                              const float* x, int bucket, float* y) {
-  const int32_t* row_path = model_.has_river() ? buffers_->in(buffers_->row_path) : nullptr;
-  if (dense != nullptr) {
-    ESTUARY_RETURN_IF_ERROR(DenseMatMulRows(dense->memory.get(), dense->dtype, dense->out_features,
-                                            dense->in_features, x, bucket, row_path, kRowBackbone,
-                                            y, stream_.get()));
-  }
-  if (river == nullptr) return absl::OkStatus();
-  return Int4MatMulRows(river->view(), x, bucket, row_path, kRowRiver, y, stream_.get());
-}
-
 absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
   const LlamaConfig& c = model_.config();
   Buffers& b = *buffers_;
   cudaStream_t s = stream_.get();
   const int64_t rows = bucket;
-  const DeviceLayerDense& w = model_.backbone(l);
-  // River rows are possible in this layer only once an exit may have happened before it.
+  // River rows are possible in this layer only once an exit may have happened before it;
+  // backbone rows are impossible from the forced exit on (full int4, fixed-exit evaluation).
   const bool river_rows =
       model_.river_has_layer(l) &&
       (l >= forced_exit_ || l >= std::max(1, options_.policy.min_backbone_layers));
-  const DeviceLayerInt4* r = river_rows ? &model_.river(l) : nullptr;
-  // Backbone rows are impossible from the forced exit on (full int4, fixed-exit evaluation).
   const bool backbone_rows = l < forced_exit_;
-  // One projection on both paths; the member pointers pick which of the layer's seven.
-  auto project = [&](const DeviceDense DeviceLayerDense::*dense,
-                     const Int4GpuMatrix DeviceLayerInt4::*int4, const float* x, float* y) {
-    return EnqueueProjection(backbone_rows ? &(w.*dense) : nullptr,
-                             r != nullptr ? &(r->*int4) : nullptr, x, bucket, y);
-  };
+  LayerPaths paths;
+  paths.backbone = backbone_rows ? &model_.backbone(l) : nullptr;
+  paths.river = river_rows ? &model_.river(l) : nullptr;
+  paths.row_path = model_.has_river() ? b.in(b.row_path) : nullptr;
+  paths.bucket = bucket;
+  paths.stream = s;
+  using D = DeviceLayerDense;
+  using Q = DeviceLayerInt4;
 
   // The exit decision after this layer needs its input; none is taken once no row can be on
   // the backbone.
@@ -272,34 +313,31 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
                    "layer input copy"));
   }
   // Attention block; xb holds RMSNorm(x) * attn_norm (the previous layer's fused kernel).
-  using D = DeviceLayerDense;
-  using Q = DeviceLayerInt4;
-  ESTUARY_RETURN_IF_ERROR(project(&D::wq, &Q::wq, b.xb.get(), b.q.get()));
-  ESTUARY_RETURN_IF_ERROR(project(&D::wk, &Q::wk, b.xb.get(), b.k.get()));
-  ESTUARY_RETURN_IF_ERROR(project(&D::wv, &Q::wv, b.xb.get(), b.v.get()));
-  ESTUARY_RETURN_IF_ERROR(ApplyRope(b.q.get(), c.n_heads, b.k.get(), c.n_kv_heads, c.head_dim,
-                                    b.in(b.positions), rows, model_.rope_inv_freq().get(),
-                                    c.rope_style, s));
+  ESTUARY_RETURN_IF_ERROR(Project(paths,
+                                  {{&D::wq, &Q::wq, b.q.get()},
+                                   {&D::wk, &Q::wk, b.k.get()},
+                                   {&D::wv, &Q::wv, b.v.get()}},
+                                  b.xb.get()));
   const KvRegion region = pool_->layer_region(l);
   const PageShape shape{c.n_kv_heads, options_.block_size, c.head_dim};
-  ESTUARY_RETURN_IF_ERROR(WriteKvRows(
-      b.k.get(), b.v.get(), rows, b.in(b.positions), b.in(b.page_table), pages_per_seq_,
+  ESTUARY_RETURN_IF_ERROR(RopeWriteKvRows(
+      b.q.get(), c.n_heads, b.k.get(), b.v.get(), c.n_kv_heads, c.head_dim, b.in(b.positions),
+      rows, model_.rope_inv_freq().get(), c.rope_style, b.in(b.page_table), pages_per_seq_,
       static_cast<float*>(region.data), pool_->num_pages(), shape, b.error_flags.get() + 1, s));
   PagedAttentionDecodeArgs attention = b.attention;
   attention.kv_layer = static_cast<const float*>(region.data);
   attention.n_seq = bucket;
   ESTUARY_RETURN_IF_ERROR(PagedAttentionDecode(attention, s));
-  ESTUARY_RETURN_IF_ERROR(project(&D::wo, &Q::wo, b.att.get(), b.proj.get()));
+  ESTUARY_RETURN_IF_ERROR(Project(paths, {{&D::wo, &Q::wo, b.proj.get()}}, b.att.get()));
   const DeviceLayerNorms& norms = model_.norms(l);
   ESTUARY_RETURN_IF_ERROR(ResidualRmsNormSimilarity(b.x.get(), b.proj.get(), norms.ffn_norm.get(),
                                                     DType::kF32, rows, c.dim, c.rms_eps, b.xb.get(),
                                                     b.similarity.get(), s));
   // MLP block (padded width: the pad rows of gate/up are zero, so silu(0) * 0 = 0 feeds down).
-  ESTUARY_RETURN_IF_ERROR(project(&D::w_gate, &Q::w_gate, b.xb.get(), b.gate.get()));
-  ESTUARY_RETURN_IF_ERROR(project(&D::w_up, &Q::w_up, b.xb.get(), b.up.get()));
-  ESTUARY_RETURN_IF_ERROR(
-      SwiGlu(b.gate.get(), b.up.get(), rows * model_.padded_hidden(), b.gate.get(), s));
-  ESTUARY_RETURN_IF_ERROR(project(&D::w_down, &Q::w_down, b.gate.get(), b.proj.get()));
+  ESTUARY_RETURN_IF_ERROR(Project(
+      paths, {{&D::w_gate, &Q::w_gate, b.gate.get()}, {&D::w_up, &Q::w_up, b.up.get()}},
+      b.xb.get()));
+  ESTUARY_RETURN_IF_ERROR(ProjectDown(paths, b.gate.get(), b.up.get(), b.proj.get()));
   // x += down; xb = RMSNorm(x) with the next layer's attention norm (or the final norm).
   const bool last = l + 1 == c.n_layers;
   const float* next_norm = last ? model_.final_norm().get() : model_.norms(l + 1).attn_norm.get();

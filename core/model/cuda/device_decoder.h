@@ -121,10 +121,6 @@ class DeviceDecoder {
   // Enqueues the whole step for `bucket` rows on the stream (what a graph captures).
   absl::Status EnqueueForward(int bucket);
   absl::Status EnqueueLayer(int layer, int bucket);
-  // y = W x for the backbone rows (dense) and the river rows (int4); either may be null when no
-  // row can be on that path in this layer.
-  absl::Status EnqueueProjection(const DeviceDense* dense, const Int4GpuMatrix* river,
-                                 const float* x, int bucket, float* y);
   int BucketFor(int rows) const;
 
   const DeviceModel& model_;
