@@ -313,16 +313,15 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
                    "layer input copy"));
   }
   // Attention block; xb holds RMSNorm(x) * attn_norm (the previous layer's fused kernel).
-  ESTUARY_RETURN_IF_ERROR(Project(paths,
-                                  {{&D::wq, &Q::wq, b.q.get()},
-                                   {&D::wk, &Q::wk, b.k.get()},
-                                   {&D::wv, &Q::wv, b.v.get()}},
-                                  b.xb.get()));
+  ESTUARY_RETURN_IF_ERROR(Project(
+      paths,
+      {{&D::wq, &Q::wq, b.q.get()}, {&D::wk, &Q::wk, b.k.get()}, {&D::wv, &Q::wv, b.v.get()}},
+      b.xb.get()));
   const KvRegion region = pool_->layer_region(l);
   const PageShape shape{c.n_kv_heads, options_.block_size, c.head_dim};
   ESTUARY_RETURN_IF_ERROR(RopeWriteKvRows(
-      b.q.get(), c.n_heads, b.k.get(), b.v.get(), c.n_kv_heads, c.head_dim, b.in(b.positions),
-      rows, model_.rope_inv_freq().get(), c.rope_style, b.in(b.page_table), pages_per_seq_,
+      b.q.get(), c.n_heads, b.k.get(), b.v.get(), c.n_kv_heads, c.head_dim, b.in(b.positions), rows,
+      model_.rope_inv_freq().get(), c.rope_style, b.in(b.page_table), pages_per_seq_,
       static_cast<float*>(region.data), pool_->num_pages(), shape, b.error_flags.get() + 1, s));
   PagedAttentionDecodeArgs attention = b.attention;
   attention.kv_layer = static_cast<const float*>(region.data);
@@ -334,9 +333,9 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
                                                     DType::kF32, rows, c.dim, c.rms_eps, b.xb.get(),
                                                     b.similarity.get(), s));
   // MLP block (padded width: the pad rows of gate/up are zero, so silu(0) * 0 = 0 feeds down).
-  ESTUARY_RETURN_IF_ERROR(Project(
-      paths, {{&D::w_gate, &Q::w_gate, b.gate.get()}, {&D::w_up, &Q::w_up, b.up.get()}},
-      b.xb.get()));
+  ESTUARY_RETURN_IF_ERROR(
+      Project(paths, {{&D::w_gate, &Q::w_gate, b.gate.get()}, {&D::w_up, &Q::w_up, b.up.get()}},
+              b.xb.get()));
   ESTUARY_RETURN_IF_ERROR(ProjectDown(paths, b.gate.get(), b.up.get(), b.proj.get()));
   // x += down; xb = RMSNorm(x) with the next layer's attention norm (or the final norm).
   const bool last = l + 1 == c.n_layers;
@@ -398,7 +397,7 @@ absl::Status DeviceDecoder::Step(absl::Span<const DeviceRow> rows,
       return absl::InvalidArgumentError(
           absl::StrCat("row ", i, ": position ", r.position, " outside [0, ", max_seq_len_, ")"));
     }
-    step_rows.push_back({&it->second, r.token, r.position, r.exit_threshold});
+    step_rows.push_back({&it->second, r.token, r.position, r.exit_threshold, !logits.empty()});
   }
   // Check before reserving, so that a refused step allocates nothing.
   ESTUARY_RETURN_IF_ERROR(CheckRows(step_rows, /*pages_reserved=*/false));
@@ -414,8 +413,12 @@ absl::Status DeviceDecoder::Run(absl::Span<const DeviceStepRow> rows,
   if (results.size() != rows.size()) {
     return absl::InvalidArgumentError("results must have one element per row");
   }
-  if (!logits.empty() && logits.size() != rows.size() * static_cast<size_t>(c.vocab_size)) {
-    return absl::InvalidArgumentError("logits must hold rows * vocab floats (or be empty)");
+  const size_t vocab = static_cast<size_t>(c.vocab_size);
+  const size_t wanted = static_cast<size_t>(std::count_if(
+      rows.begin(), rows.end(), [](const DeviceStepRow& r) { return r.want_logits; }));
+  if (logits.size() != wanted * vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("logits must hold vocab floats for each of the ",
+                                                   wanted, " rows that want them"));
   }
   ESTUARY_RETURN_IF_ERROR(CheckRows(rows, /*pages_reserved=*/true));
   Buffers& b = *buffers_;
@@ -496,11 +499,21 @@ absl::Status DeviceDecoder::Run(absl::Span<const DeviceStepRow> rows,
       CudaStatus(cudaMemcpyAsync(b.host_flags.get(), b.error_flags.get(), 2 * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, s),
                  "error flag download"));
-  if (!logits.empty()) {
+  // The wanted rows' logits, one copy per run of consecutive wanted rows.
+  size_t out_row = 0;
+  for (size_t i = 0; i < n;) {
+    if (!rows[i].want_logits) {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < n && rows[end].want_logits) ++end;
     ESTUARY_RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpyAsync(logits.data(), b.logits.get(), logits.size() * sizeof(float),
-                                   cudaMemcpyDeviceToHost, s),
+        CudaStatus(cudaMemcpyAsync(logits.data() + out_row * vocab, b.logits.get() + i * vocab,
+                                   (end - i) * vocab * sizeof(float), cudaMemcpyDeviceToHost, s),
                    "logits download"));
+    out_row += end - i;
+    i = end;
   }
   ESTUARY_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s), "decode step"));
   if (b.host_flags.get()[0] != 0 || b.host_flags.get()[1] != 0) {

@@ -68,6 +68,7 @@ struct DeviceStepRow {
   int32_t token = 0;
   int32_t position = 0;
   float exit_threshold = 2.0f;
+  bool want_logits = false;  // Run's `logits` gets this row's vocab floats
 };
 
 struct DeviceRowResult {
@@ -95,6 +96,8 @@ class DeviceDecoder {
   absl::Status Step(absl::Span<const DeviceRow> rows, absl::Span<DeviceRowResult> results,
                     absl::Span<float> logits = {});
   // The same over sequences the caller owns (SequenceKv over pool(), pages already reserved).
+  // `logits` receives vocab floats for each row with want_logits, in row order (only those rows
+  // are downloaded).
   absl::Status Run(absl::Span<const DeviceStepRow> rows, absl::Span<DeviceRowResult> results,
                    absl::Span<float> logits = {});
 

@@ -4,7 +4,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -82,21 +81,22 @@ class CudaDeviceStep final : public DeviceStep {
       return absl::InvalidArgumentError("logits must hold vocab floats per entry with logits");
     }
     std::vector<cuda::DeviceRowResult> results;
-    std::vector<float> step_logits;
     auto flush = [&]() -> absl::Status {
       if (rows.empty()) return absl::OkStatus();
       results.assign(rows.size(), {});
-      step_logits.resize(rows.size() * vocab_);
-      ESTUARY_RETURN_IF_ERROR(
-          decoder.Run(rows, absl::MakeSpan(results), absl::MakeSpan(step_logits)));
+      // Entries' logits are in entry order, and an entry's last row is its only wanted one, so
+      // this run's wanted rows land at the first of their entries' slots, back to back.
+      size_t first_slot = SIZE_MAX, wanted = 0;
       for (size_t i = 0; i < rows.size(); ++i) {
-        if (!origins[i].last) continue;
-        const size_t e = origins[i].entry;
-        outcomes[e].backbone_layers = results[i].backbone_layers;
-        if (logit_index[e] != SIZE_MAX) {
-          std::memcpy(logits.data() + logit_index[e] * vocab_, step_logits.data() + i * vocab_,
-                      vocab_ * sizeof(float));
-        }
+        if (!rows[i].want_logits) continue;
+        if (wanted++ == 0) first_slot = logit_index[origins[i].entry];
+      }
+      const absl::Span<float> run_logits =
+          wanted == 0 ? absl::Span<float>() : logits.subspan(first_slot * vocab_, wanted * vocab_);
+      ESTUARY_RETURN_IF_ERROR(decoder.Run(rows, absl::MakeSpan(results), run_logits));
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (origins[i].last)
+          outcomes[origins[i].entry].backbone_layers = results[i].backbone_layers;
       }
       rows.clear();
       origins.clear();
@@ -106,9 +106,10 @@ class CudaDeviceStep final : public DeviceStep {
       const BatchEntry& entry = entries[e];
       for (size_t t = 0; t < entry.tokens.size(); ++t) {
         if (rows.size() == max_rows) ESTUARY_RETURN_IF_ERROR(flush());
+        const bool last = t + 1 == entry.tokens.size();
         rows.push_back({kvs[e], entry.tokens[t], entry.start_pos + static_cast<int32_t>(t),
-                        entry.exit_threshold});
-        origins.push_back({e, t + 1 == entry.tokens.size()});
+                        entry.exit_threshold, last && entry.want_logits});
+        origins.push_back({e, last});
       }
     }
     ESTUARY_RETURN_IF_ERROR(flush());
