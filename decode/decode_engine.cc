@@ -60,18 +60,11 @@ absl::Status DecodeEngineOptions::Validate(const LlamaConfig& config) const {
     return absl::InvalidArgumentError("--max-num-batched-tokens must be >= 1");
   }
   if (kv_cache_bytes <= 0) return absl::InvalidArgumentError("--kv-cache-bytes must be > 0");
-  if (cuda_device < -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CUDA device = ", cuda_device, " must be >= 0 (or -1 for the CPU)"));
-  }
+  ESTUARY_RETURN_IF_ERROR(ValidateDeviceSettings(cuda_device, device_max_rows));
   if (cuda_device >= 0 && kv_allocator) {
     return absl::InvalidArgumentError(
-        "a GPU decode engine allocates its KV pool on the device; receiving KV into it over a "
-        "transport is not wired yet");
-  }
-  if (device_max_rows < 1 || device_max_rows > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device rows per step = ", device_max_rows, " must be in [1, 1024]"));
+        "a GPU decode engine allocates its KV pool in GPU memory itself; a KV region allocator "
+        "cannot be given with a CUDA device");
   }
   return exit.Validate(config.n_layers);
 }
@@ -81,11 +74,10 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
   ESTUARY_RETURN_IF_ERROR(options.Validate(model.config()));
   const int tp = model.tp_size();
   if (options.cuda_device >= 0) {
-    if (tp != 1) {
-      return absl::UnimplementedError(
-          "tensor parallelism on GPUs is not wired into the decode engine yet; use TP 1");
-    }
-    return Create(model.shard(0), model.river(0), options, std::move(sink));
+    ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStep> step,
+                             CreateDeviceStepFor(model, options.device_step(), "decode"));
+    return std::unique_ptr<DecodeEngine>(
+        new DecodeEngine(model, nullptr, options, std::move(sink), nullptr, std::move(step)));
   }
   ESTUARY_ASSIGN_OR_RETURN(
       std::unique_ptr<KvPool> pool,
@@ -102,14 +94,8 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
   std::unique_ptr<ShardedModel> borrowed = ShardedModel::Borrow(model, river);
   ShardedModel& ref = *borrowed;
   if (options.cuda_device >= 0) {
-    DeviceStepOptions device;
-    device.device = options.cuda_device;
-    device.kv_cache_bytes = options.kv_cache_bytes;
-    device.block_size = options.block_size;
-    device.max_rows = options.device_max_rows;
-    device.policy = options.exit;
     ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStep> step,
-                             CreateCudaDeviceStep(model, river, device));
+                             CreateDeviceStepFor(ref, options.device_step(), "decode"));
     return std::unique_ptr<DecodeEngine>(new DecodeEngine(
         ref, std::move(borrowed), options, std::move(sink), nullptr, std::move(step)));
   }

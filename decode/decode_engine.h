@@ -53,6 +53,9 @@ struct DecodeEngineOptions {
   // GPU memory; needs a build with ESTUARY_CUDA. -1: on the CPU ranks.
   int cuda_device = -1;
   int device_max_rows = 64;  // rows per device step (CUDA graph buckets up to this)
+  DeviceStepOptions device_step() const {
+    return {cuda_device, kv_cache_bytes, block_size, device_max_rows, exit};
+  }
 
   absl::Status Validate(const LlamaConfig& config) const;
 };

@@ -45,14 +45,7 @@ absl::Status PrefillEngineOptions::Validate(const LlamaConfig& config) const {
     return absl::InvalidArgumentError(
         absl::StrCat("--kv-cache-bytes = ", kv_cache_bytes, " must be > 0"));
   }
-  if (cuda_device < -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CUDA device = ", cuda_device, " must be >= 0 (or -1 for the CPU)"));
-  }
-  if (device_max_rows < 1 || device_max_rows > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device rows per step = ", device_max_rows, " must be in [1, 1024]"));
-  }
+  ESTUARY_RETURN_IF_ERROR(ValidateDeviceSettings(cuda_device, device_max_rows));
   if (prefill_exit) return exit.Validate(config.n_layers);
   return absl::OkStatus();
 }
@@ -69,18 +62,8 @@ absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(
   const KvLayout layout = KvLayout::FromConfig(config, options.block_size, tp);
   ESTUARY_RETURN_IF_ERROR(layout.Validate());
   if (options.cuda_device >= 0) {
-    if (tp != 1) {
-      return absl::UnimplementedError(
-          "tensor parallelism on GPUs is not wired into the prefill engine yet; use TP 1");
-    }
-    DeviceStepOptions device;
-    device.device = options.cuda_device;
-    device.kv_cache_bytes = options.kv_cache_bytes;
-    device.block_size = options.block_size;
-    device.max_rows = options.device_max_rows;
-    device.policy = options.exit;
     ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStep> step,
-                             CreateCudaDeviceStep(model.shard(0), model.river(0), device));
+                             CreateDeviceStepFor(model, options.device_step(), "prefill"));
     std::shared_ptr<KvPool> pool = step->pool();
     return std::unique_ptr<PrefillEngine>(
         new PrefillEngine(model, options, std::move(sink), std::move(pool), std::move(step)));

@@ -55,6 +55,9 @@ struct PrefillEngineOptions {
   // LayerReady events of a step come together once the step's last layer is done. -1: CPU.
   int cuda_device = -1;
   int device_max_rows = 256;  // prompt rows per device step (CUDA graph buckets up to this)
+  DeviceStepOptions device_step() const {
+    return {cuda_device, kv_cache_bytes, block_size, device_max_rows, exit};
+  }
 
   // INVALID_ARGUMENT naming the flag.
   absl::Status Validate(const LlamaConfig& config) const;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -24,6 +25,7 @@
 #include "core/model/forward_batch.h"
 #include "core/model/llama_model.h"
 #include "core/model/river.h"
+#include "core/model/sharded_model.h"
 
 namespace estuary {
 
@@ -56,5 +58,14 @@ struct DeviceStepOptions {
 absl::StatusOr<std::unique_ptr<DeviceStep>> CreateCudaDeviceStep(const LlamaModel& model,
                                                                  const River* river,
                                                                  const DeviceStepOptions& options);
+
+// What both engines do with their cuda_device settings. INVALID_ARGUMENT for a device below -1
+// (-1 is the CPU) or rows per step outside [1, 1024].
+absl::Status ValidateDeviceSettings(int cuda_device, int max_rows);
+// The GPU step of a TP-1 ShardedModel (its shard and river); UNIMPLEMENTED above TP 1, naming
+// `engine` ("decode", "prefill").
+absl::StatusOr<std::unique_ptr<DeviceStep>> CreateDeviceStepFor(const ShardedModel& model,
+                                                                const DeviceStepOptions& options,
+                                                                std::string_view engine);
 
 }  // namespace estuary
