@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "core/model/cuda/device_generate.h"
 #include "core/model/cuda/device_model.h"
@@ -25,9 +26,6 @@ bool HaveDevice() {
   int count = 0;
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
-
-#define SKIP_WITHOUT_DEVICE() \
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device"
 
 std::unique_ptr<LlamaModel> Load(const std::string& name, std::optional<DType> dtype = {}) {
   LoadOptions options;
@@ -119,18 +117,38 @@ Agreement Compare(const std::vector<DeviceRowResult>& gpu, const GenerateResult&
   return a;
 }
 
-class DeviceGoldenTest : public ::testing::TestWithParam<GoldenCase> {};
+// A model loaded on the CPU and uploaded to the device; every test skips without a device.
+class DeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  }
+  // Loads `name` (converted to `dtype` when set), builds its exit river when asked, uploads both.
+  void Prepare(const std::string& name, bool with_river = false,
+               std::optional<DType> dtype = std::nullopt) {
+    model_ = Load(name, dtype);
+    ASSERT_NE(model_, nullptr);
+    if (with_river) {
+      river_ = BuildRiver(*model_);
+      ASSERT_NE(river_, nullptr);
+    }
+    device_ = Upload(*model_, river_.get());
+    ASSERT_NE(device_, nullptr);
+  }
+
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<River> river_;
+  std::unique_ptr<DeviceModel> device_;
+};
+
+class DeviceGoldenTest : public DeviceTest, public ::testing::WithParamInterface<GoldenCase> {};
 
 // f32 weights on the device give the golden greedy ids of every case (both models), through the
 // captured graphs.
 TEST_P(DeviceGoldenTest, GreedyIdsMatchGolden) {
-  SKIP_WITHOUT_DEVICE();
   const GoldenCase& c = GetParam();
-  auto model = Load(c.model);
-  ASSERT_NE(model, nullptr);
-  auto device = Upload(*model);
-  ASSERT_NE(device, nullptr);
-  auto decoder = MakeDecoder(*device, 64);
+  ASSERT_NO_FATAL_FAILURE(Prepare(c.model));
+  auto decoder = MakeDecoder(*device_, 64);
   ASSERT_NE(decoder, nullptr);
   auto out = GenerateOnDevice(*decoder, c.prompt_ids, static_cast<int>(c.completion_ids.size()));
   ASSERT_TRUE(out.ok()) << out.status();
@@ -141,19 +159,15 @@ INSTANTIATE_TEST_SUITE_P(Golden, DeviceGoldenTest,
                          ::testing::ValuesIn(::estuary::testing::AllGoldenCases()));
 
 // Graph replay and direct launches compute the same logits bit for bit.
-TEST(DeviceDecoderTest, GraphReplayMatchesDirectLaunch) {
-  SKIP_WITHOUT_DEVICE();
-  auto model = Load("stories12L");
-  ASSERT_NE(model, nullptr);
-  auto device = Upload(*model);
-  ASSERT_NE(device, nullptr);
+TEST_F(DeviceTest, GraphReplayMatchesDirectLaunch) {
+  ASSERT_NO_FATAL_FAILURE(Prepare("stories12L"));
   std::vector<std::vector<float>> logits(2);
   for (int graphs = 0; graphs < 2; ++graphs) {
-    auto decoder = MakeDecoder(*device, 16, {}, graphs == 1);
+    auto decoder = MakeDecoder(*device_, 16, {}, graphs == 1);
     ASSERT_NE(decoder, nullptr);
     auto seq = decoder->AddSequence();
     ASSERT_TRUE(seq.ok());
-    const int vocab = model->config().vocab_size;
+    const int vocab = model_->config().vocab_size;
     std::vector<DeviceRow> rows;
     for (int p = 0; p < 5; ++p) rows.push_back({*seq, 1 + 7 * p, p, 2.0f});
     std::vector<DeviceRowResult> results(rows.size());
@@ -164,13 +178,9 @@ TEST(DeviceDecoderTest, GraphReplayMatchesDirectLaunch) {
 }
 
 // Several sequences in one step give each sequence the ids it gets alone.
-TEST(DeviceDecoderTest, BatchedSequencesMatchSingleSequences) {
-  SKIP_WITHOUT_DEVICE();
-  auto model = Load("stories12L");
-  ASSERT_NE(model, nullptr);
-  auto device = Upload(*model);
-  ASSERT_NE(device, nullptr);
-  auto decoder = MakeDecoder(*device, 32);
+TEST_F(DeviceTest, BatchedSequencesMatchSingleSequences) {
+  ASSERT_NO_FATAL_FAILURE(Prepare("stories12L"));
+  auto decoder = MakeDecoder(*device_, 32);
   ASSERT_NE(decoder, nullptr);
   const auto cases = ::estuary::testing::LoadGoldenCases("stories12L");
   ASSERT_GE(cases.size(), 3u);
@@ -201,23 +211,16 @@ TEST(DeviceDecoderTest, BatchedSequencesMatchSingleSequences) {
 }
 
 // stories12L with its exit river, on the CPU and on the device.
-class RiverDeviceTest : public ::testing::Test {
+class RiverDeviceTest : public DeviceTest {
  protected:
   void SetUp() override {
-    if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-    model_ = Load("stories12L");
-    ASSERT_NE(model_, nullptr);
-    river_ = BuildRiver(*model_);
-    ASSERT_NE(river_, nullptr);
-    device_ = Upload(*model_, river_.get());
-    ASSERT_NE(device_, nullptr);
+    DeviceTest::SetUp();
+    if (IsSkipped()) return;
+    ASSERT_NO_FATAL_FAILURE(Prepare("stories12L", /*with_river=*/true));
     cases_ = ::estuary::testing::LoadGoldenCases("stories12L");
     ASSERT_FALSE(cases_.empty());
   }
 
-  std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<River> river_;
-  std::unique_ptr<DeviceModel> device_;
   std::vector<GoldenCase> cases_;
 };
 
@@ -268,31 +271,23 @@ TEST_F(RiverDeviceTest, ThresholdExitsLikeCpu) {
 }
 
 // bf16 weights on the device against bf16 weights on the CPU.
-TEST(DeviceDecoderTest, Bf16WeightsMatchCpuBf16) {
-  SKIP_WITHOUT_DEVICE();
-  auto model = Load("stories12L", DType::kBF16);
-  ASSERT_NE(model, nullptr);
-  auto device = Upload(*model);
-  ASSERT_NE(device, nullptr);
-  auto decoder = MakeDecoder(*device);
+TEST_F(DeviceTest, Bf16WeightsMatchCpuBf16) {
+  ASSERT_NO_FATAL_FAILURE(Prepare("stories12L", false, DType::kBF16));
+  auto decoder = MakeDecoder(*device_);
   ASSERT_NE(decoder, nullptr);
   const auto cases = ::estuary::testing::LoadGoldenCases("stories12L");
   ASSERT_FALSE(cases.empty());
   constexpr int kTokens = 16;
   auto gpu = GenerateOnDevice(*decoder, cases[0].prompt_ids, kTokens);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  const GenerateResult cpu = CpuGenerate(*model, nullptr, {}, cases[0].prompt_ids, kTokens, 2.0f);
+  const GenerateResult cpu = CpuGenerate(*model_, nullptr, {}, cases[0].prompt_ids, kTokens, 2.0f);
   EXPECT_EQ(gpu->completion_ids, cpu.completion_ids);
 }
 
 // Bad rows are refused before anything runs, and a refused step changes nothing.
-TEST(DeviceDecoderTest, RejectsBadRows) {
-  SKIP_WITHOUT_DEVICE();
-  auto model = Load("stories260K");
-  ASSERT_NE(model, nullptr);
-  auto device = Upload(*model);
-  ASSERT_NE(device, nullptr);
-  auto decoder = MakeDecoder(*device, 4, {}, true, 4);
+TEST_F(DeviceTest, RejectsBadRows) {
+  ASSERT_NO_FATAL_FAILURE(Prepare("stories260K"));
+  auto decoder = MakeDecoder(*device_, 4, {}, true, 4);
   ASSERT_NE(decoder, nullptr);
   auto seq = decoder->AddSequence();
   ASSERT_TRUE(seq.ok());
@@ -303,7 +298,7 @@ TEST(DeviceDecoderTest, RejectsBadRows) {
   };
   const int32_t free_before = decoder->free_pages();
   EXPECT_EQ(step({{*seq, -1, 0, 2.0f}}), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(step({{*seq, model->config().vocab_size, 0, 2.0f}}),
+  EXPECT_EQ(step({{*seq, model_->config().vocab_size, 0, 2.0f}}),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(step({{*seq, 1, decoder->max_seq_len(), 2.0f}}), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(step({{*seq + 100, 1, 0, 2.0f}}), absl::StatusCode::kInvalidArgument);
