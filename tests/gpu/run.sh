@@ -11,8 +11,8 @@
 # With the bundle the whole run stays under 8 minutes: each test binary gets GPU_TEST_TIMEOUT
 # seconds (90), the benchmark GPU_BENCH_TIMEOUT (240), everything GPU_BUDGET (460).
 # GPU_BENCH_ARGS replaces the benchmark's arguments (--batches 1,8,32).
-# gpu_cluster_test starts the router and worker processes from the bundle's build/ (exported as
-# ESTUARY_BINARY_DIR; without the bundle, from build-cuda/), with the bundle's libraries.
+# gpu_cluster_test starts the router and worker processes from the bundle's build/ (unpacked into
+# /tmp and exported as ESTUARY_BINARY_DIR; without the bundle, from build-cuda/).
 # Logs: ${OUT:-/tmp}/gpu-logs/gpu-tests.log (every test binary's whole output, one after another),
 # ${OUT:-/tmp}/gpu-bench.txt, ${OUT:-/tmp}/gpu-logs/summary.txt.
 # Exit status: 0 when every test passed or skipped and the benchmark, if run, succeeded; 1 when
@@ -69,27 +69,33 @@ fi
 bundle="$root/.gpu-bundle"
 if [ -f "$bundle/tests.tsv" ]; then
   echo "== binaries: .gpu-bundle/"
-  grep -E '^(built|commit|nvcc|tests|bench):' "$bundle/INFO" 2>/dev/null | sed 's/^/  /'
+  grep -E '^(built|commit|nvcc|tests|bench|processes):' "$bundle/INFO" 2>/dev/null | sed 's/^/  /'
   manifest="$bundle/tests.tsv"
-  exe_base="$bundle"
-  bench_exe="$bundle/bin/estuary-gpu-bench"
-  if [ -f "$bundle/lib.tar.xz" ]; then
-    if ! tar -C "$scratch" -xJf "$bundle/lib.tar.xz" 2>/dev/null; then
+  unpack() { # archive in the bundle -> its contents under $scratch
+    [ -f "$bundle/$1" ] || return 0
+    tar -C "$scratch" -xJf "$bundle/$1" 2>/dev/null ||
       python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
-        "$bundle/lib.tar.xz" "$scratch" || {
-        echo "run.sh: cannot unpack .gpu-bundle/lib.tar.xz" >&2
-        exit 2
-      }
-    fi
+        "$bundle/$1" "$scratch" || {
+      echo "run.sh: cannot unpack .gpu-bundle/$1" >&2
+      exit 2
+    }
+  }
+  unpack lib.tar.xz
+  # bin/ and build/ come packed (bin.tar.xz); an older bundle has bin/ unpacked.
+  exe_base="$bundle"
+  if [ -f "$bundle/bin.tar.xz" ]; then
+    unpack bin.tar.xz
+    exe_base="$scratch"
   fi
+  bench_exe="$exe_base/bin/estuary-gpu-bench"
   mapfile -t machine_libs < <(cat "$bundle/machine-libs.txt" 2>/dev/null)
   models_dir="$bundle/models"
   # The processes gpu_cluster_test starts (BinaryPath, tests/testing/subprocess.cc): the bundle's
   # build/ stands in for the build folder, whose absolute path the binaries were compiled with.
   worker_bins=()
-  if [ -d "$bundle/build" ]; then
-    export ESTUARY_BINARY_DIR="$bundle/build"
-    mapfile -t worker_bins < <(cd "$bundle" && find build -type f -perm -u+x | sort)
+  if [ -d "$exe_base/build" ]; then
+    export ESTUARY_BINARY_DIR="$exe_base/build"
+    mapfile -t worker_bins < <(cd "$exe_base" && find build -type f -perm -u+x | sort)
   fi
   # UCX loads its transport modules (libuct_ib, libuct_cma...) from lib/ucx/ beside libucs and
   # from UCX_MODULE_DIR (default: the build machine's /usr/lib/x86_64-linux-gnu/ucx). The bundle
