@@ -52,7 +52,7 @@ struct PrefillEngineOptions {
   ExitPolicy exit = {.rule = ExitRule::kSplit};
   // >= 0: run the forward steps on this CUDA device (core/model/device_step.h), TP 1, with the
   // pool in GPU memory (its pages then move over the NCCL transport); a CUDA build only. The
-  // LayerReady events of a step come together once the step's last layer is done. -1: CPU.
+  // LayerReady events of a step come as the device finishes each layer. -1: CPU.
   int cuda_device = -1;
   int device_max_rows = 256;  // prompt rows per device step (CUDA graph buckets up to this)
   DeviceStepOptions device_step() const {

@@ -37,8 +37,9 @@ class DeviceStep {
   // One forward step, as ShardedModel::Forward on one rank: kvs[i] holds entries[i]'s pages
   // (reserved up to its last position); `with_policy` runs it under the engine's exit policy,
   // otherwise with no exit. logits: vocab floats per entry with want_logits, in entry order.
-  // `on_layer_done(layer)`, when set, is called for every layer in order once the step's KV is in
-  // the pool (after the whole step: the device runs the layers back to back).
+  // `on_layer_done(layer)`, when set, is called for every layer in order as soon as the device
+  // has written that layer's KV for every entry (later layers still running), so a KV push can
+  // overlap the rest of the step.
   virtual absl::Status Forward(absl::Span<const BatchEntry> entries,
                                absl::Span<const SequenceKv* const> kvs, bool with_policy,
                                absl::Span<float> logits, absl::Span<EntryOutcome> outcomes,

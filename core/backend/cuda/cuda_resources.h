@@ -147,12 +147,15 @@ class StreamHandle {
   Owned stream_;
 };
 
-// A timing event (cudaEventDefault), for measuring stream work.
+// An event: with the default flags a timing event, for measuring stream work; with
+// cudaEventDisableTiming a cheap marker to wait on (also inside captured graphs).
 class EventHandle {
  public:
-  static absl::StatusOr<EventHandle> Create() {
+  static absl::StatusOr<EventHandle> Create(unsigned flags = cudaEventDefault) {
     cudaEvent_t event = nullptr;
-    if (absl::Status s = CudaStatus(cudaEventCreate(&event), "cudaEventCreate"); !s.ok()) {
+    if (absl::Status s =
+            CudaStatus(cudaEventCreateWithFlags(&event, flags), "cudaEventCreateWithFlags");
+        !s.ok()) {
       return s;
     }
     EventHandle handle;

@@ -151,6 +151,10 @@ absl::Status DeviceDecoder::Init() {
   }
 
   ESTUARY_ASSIGN_OR_RETURN(stream_, StreamHandle::Create());
+  for (int l = 0; l < c.n_layers; ++l) {
+    ESTUARY_ASSIGN_OR_RETURN(EventHandle event, EventHandle::Create(cudaEventDisableTiming));
+    layer_done_.push_back(std::move(event));
+  }
   const KvLayout layout = KvLayout::FromConfig(c, options_.block_size);
   if (options_.shared_pool != nullptr) {
     const KvLayout& shared = options_.shared_pool->layout();
@@ -343,6 +347,9 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
   ESTUARY_RETURN_IF_ERROR(ResidualRmsNormSimilarity(b.x.get(), b.proj.get(), next_norm, DType::kF32,
                                                     rows, c.dim, c.rms_eps, b.xb.get(),
                                                     b.similarity.get(), s));
+  // This layer's KV is written (RopeWriteKvRows above): consumers may read it from here on.
+  ESTUARY_RETURN_IF_ERROR(
+      CudaStatus(cudaEventRecord(layer_done_[static_cast<size_t>(l)].get(), s), "layer event"));
   if (!decide) return absl::OkStatus();
 
   // The exit decision for layer l + 1, on the device (forward_batch.cc is the CPU reference).
@@ -408,7 +415,8 @@ absl::Status DeviceDecoder::Step(absl::Span<const DeviceRow> rows,
 }
 
 absl::Status DeviceDecoder::Run(absl::Span<const DeviceStepRow> rows,
-                                absl::Span<DeviceRowResult> results, absl::Span<float> logits) {
+                                absl::Span<DeviceRowResult> results, absl::Span<float> logits,
+                                const std::function<void(int layer)>& on_layer_done) {
   const LlamaConfig& c = model_.config();
   if (results.size() != rows.size()) {
     return absl::InvalidArgumentError("results must have one element per row");
@@ -486,6 +494,13 @@ absl::Status DeviceDecoder::Run(absl::Span<const DeviceStepRow> rows,
     ESTUARY_RETURN_IF_ERROR(CudaStatus(cudaGraphLaunch(it->second.get(), s), "graph launch"));
   }
 
+  if (on_layer_done) {
+    for (int l = 0; l < c.n_layers; ++l) {
+      ESTUARY_RETURN_IF_ERROR(CudaStatus(
+          cudaEventSynchronize(layer_done_[static_cast<size_t>(l)].get()), "layer wait"));
+      on_layer_done(l);
+    }
+  }
   const size_t n = rows.size();
   ESTUARY_RETURN_IF_ERROR(
       CudaStatus(cudaMemcpyAsync(b.host_ids.get(), b.out_ids.get(), n * sizeof(int32_t),

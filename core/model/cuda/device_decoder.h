@@ -23,6 +23,7 @@
 // Thread-compatible: one thread drives a decoder at a time.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -97,9 +98,12 @@ class DeviceDecoder {
                     absl::Span<float> logits = {});
   // The same over sequences the caller owns (SequenceKv over pool(), pages already reserved).
   // `logits` receives vocab floats for each row with want_logits, in row order (only those rows
-  // are downloaded).
+  // are downloaded). `on_layer_done(layer)`, when set, is called on this thread as soon as the
+  // device has written the KV of `layer` for every row (an event recorded after each layer), in
+  // layer order, while later layers still run: a KV push can start from there.
   absl::Status Run(absl::Span<const DeviceStepRow> rows, absl::Span<DeviceRowResult> results,
-                   absl::Span<float> logits = {});
+                   absl::Span<float> logits = {},
+                   const std::function<void(int layer)>& on_layer_done = nullptr);
 
   // Writes `tokens` of one sequence at positions start_pos.. in chunks of max_rows rows (a
   // prefill); `last` receives the result of the last token.
@@ -135,6 +139,7 @@ class DeviceDecoder {
   std::unique_ptr<KvPool> owned_pool_;
   KvPool* pool_ = nullptr;  // owned_pool_ or options_.shared_pool
   std::unique_ptr<Buffers> buffers_;
+  std::vector<EventHandle> layer_done_;      // recorded after each layer (captured in the graphs)
   std::map<int, GraphExecHandle> graphs_;    // by bucket
   std::map<int32_t, SequenceKv> sequences_;  // AddSequence handles
   int32_t next_sequence_ = 0;

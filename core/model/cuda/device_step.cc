@@ -46,7 +46,6 @@ class CudaDeviceStep final : public DeviceStep {
     ESTUARY_ASSIGN_OR_RETURN(step->with_policy_,
                              cuda::DeviceDecoder::Create(*step->model_, decoder));
     step->vocab_ = static_cast<size_t>(model.config().vocab_size);
-    step->n_layers_ = model.config().n_layers;
     return step;
   }
 
@@ -81,7 +80,7 @@ class CudaDeviceStep final : public DeviceStep {
       return absl::InvalidArgumentError("logits must hold vocab floats per entry with logits");
     }
     std::vector<cuda::DeviceRowResult> results;
-    auto flush = [&]() -> absl::Status {
+    auto flush = [&](bool final_run) -> absl::Status {
       if (rows.empty()) return absl::OkStatus();
       results.assign(rows.size(), {});
       // Entries' logits are in entry order, and an entry's last row is its only wanted one, so
@@ -93,7 +92,9 @@ class CudaDeviceStep final : public DeviceStep {
       }
       const absl::Span<float> run_logits =
           wanted == 0 ? absl::Span<float>() : logits.subspan(first_slot * vocab_, wanted * vocab_);
-      ESTUARY_RETURN_IF_ERROR(decoder.Run(rows, absl::MakeSpan(results), run_logits));
+      // Only the last run's layer events mean "every entry's KV of this layer is written".
+      ESTUARY_RETURN_IF_ERROR(decoder.Run(rows, absl::MakeSpan(results), run_logits,
+                                          final_run ? on_layer_done : nullptr));
       for (size_t i = 0; i < rows.size(); ++i) {
         if (origins[i].last)
           outcomes[origins[i].entry].backbone_layers = results[i].backbone_layers;
@@ -105,18 +106,14 @@ class CudaDeviceStep final : public DeviceStep {
     for (size_t e = 0; e < entries.size(); ++e) {
       const BatchEntry& entry = entries[e];
       for (size_t t = 0; t < entry.tokens.size(); ++t) {
-        if (rows.size() == max_rows) ESTUARY_RETURN_IF_ERROR(flush());
+        if (rows.size() == max_rows) ESTUARY_RETURN_IF_ERROR(flush(/*final_run=*/false));
         const bool last = t + 1 == entry.tokens.size();
         rows.push_back({kvs[e], entry.tokens[t], entry.start_pos + static_cast<int32_t>(t),
                         entry.exit_threshold, last && entry.want_logits});
         origins.push_back({e, last});
       }
     }
-    ESTUARY_RETURN_IF_ERROR(flush());
-    if (on_layer_done) {
-      for (int layer = 0; layer < n_layers_; ++layer) on_layer_done(layer);
-    }
-    return absl::OkStatus();
+    return flush(/*final_run=*/true);
   }
 
  private:
@@ -124,7 +121,6 @@ class CudaDeviceStep final : public DeviceStep {
 
   int device_ = 0;
   size_t vocab_ = 0;
-  int n_layers_ = 0;
   std::unique_ptr<cuda::DeviceModel> model_;
   // Shared by both decoders and by the engine's consumers. Its regions are freed when the last
   // holder lets go; the decoders only borrow it and go first.
