@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/common/logging.h"
+#include "core/common/poll_backoff.h"
 #include "core/common/status_macros.h"
 #include "kvtransfer/nccl_transport_wire.h"
 
@@ -48,16 +49,6 @@ absl::Status AsUnavailable(const absl::Status& cause) {
 absl::Status WithContext(const absl::Status& s, absl::string_view context) {
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(context, ": ", s.message()));
-}
-
-void Backoff(int* polls) {
-  ++*polls;
-  if (*polls < 64) return;
-  if (*polls < 1024) {
-    std::this_thread::yield();
-    return;
-  }
-  absl::SleepFor(absl::Microseconds(50));
 }
 
 // Registered memory. Kept alive by its RegisteredRegion handle and by the receives posted into it,
@@ -311,7 +302,7 @@ class InConn {
             "nccl accept: the communicator with peer ", sender_id_, " was not ready within ",
             absl::FormatDuration(state_->options().accept_timeout)));
       }
-      Backoff(&polls);
+      PollBackoff(&polls);
     }
     return WithContext(back_->SendMessage(Writer(FrameType::kReady).U64(conn_).Take(),
                                           absl::Now() + state_->options().reply_timeout),
@@ -363,7 +354,7 @@ class InConn {
         // Idle: still surface NCCL asynchronous errors.
         ESTUARY_RETURN_IF_ERROR(link_->InProgress().status());
       } else {
-        Backoff(&polls);
+        PollBackoff(&polls);
       }
     }
   }
@@ -436,7 +427,7 @@ class InConn {
       if (absl::Now() >= deadline) {
         return absl::DeadlineExceededError("nccl: enqueuing a receive did not finish in time");
       }
-      Backoff(&polls);
+      PollBackoff(&polls);
     }
   }
 
@@ -879,7 +870,7 @@ class NcclEndpoint : public Endpoint {
         out_->mu.AwaitWithDeadline(absl::Condition(&arrived),
                                    std::min(deadline, absl::Now() + kAckSlice));
       } else {
-        Backoff(&polls);
+        PollBackoff(&polls);
       }
     }
   }

@@ -1,7 +1,5 @@
 #include "core/parallel/nccl_util.h"
 
-#include <thread>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/common/logging.h"
@@ -21,16 +19,6 @@ absl::Status NcclError(const char* what, ncclResult_t result, ncclComm_t comm) {
 absl::Status CudaError(const char* what, cudaError_t err) {
   return absl::InternalError(absl::StrCat(what, ": CUDA error ", static_cast<int>(err), " (",
                                           cudaGetErrorString(err), ")"));
-}
-
-void NcclBackoff(int* polls) {
-  ++*polls;
-  if (*polls < 64) return;
-  if (*polls < 1024) {
-    std::this_thread::yield();
-    return;
-  }
-  absl::SleepFor(absl::Microseconds(50));
 }
 
 absl::StatusOr<ncclComm_t> NcclStartInitRank(const ncclUniqueId& id, int size, int rank) {

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/common/poll_backoff.h"
 
 #if defined(NCCL_VERSION) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
 #define ESTUARY_NCCL_NONBLOCKING 1
@@ -27,9 +28,8 @@ absl::Status NcclError(const char* what, ncclResult_t result, ncclComm_t comm = 
 // INTERNAL "<what>: CUDA error <n> (<string>)".
 absl::Status CudaError(const char* what, cudaError_t err);
 
-// Short spin, then yields, then 50 us sleeps: low latency for fast operations without burning a
-// core during long waits. `*polls` counts the calls; start it at 0 for each wait.
-void NcclBackoff(int* polls);
+// PollBackoff (core/common/poll_backoff.h): spin, yield, then 50 us sleeps.
+inline void NcclBackoff(int* polls) { PollBackoff(polls); }
 
 // Starts joining group `id` as `rank` of `size` on the current CUDA device, non-blocking where
 // NCCL supports it (then the communicator may still be ncclInProgress: poll it). On error nothing

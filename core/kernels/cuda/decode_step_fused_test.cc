@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -33,11 +32,11 @@
 #include "absl/types/span.h"
 #include "core/kernels/cpu/kernels.h"
 #include "core/kernels/cuda/decode_step_kernels.h"
+#include "core/kernels/cuda/decode_step_test_util.h"
 #include "core/kernels/cuda/elementwise.h"
+#include "core/kernels/cuda/elementwise_test_util.h"
 #include "core/kernels/cuda/int4_matmul.h"
 #include "core/kernels/cuda/matmul_test_util.h"
-#include "core/quant/int4_matrix.h"
-#include "core/tensor/half_float.h"
 #include "core/tensor/tensor.h"
 #include "gtest/gtest.h"
 #include "tests/testing/random_data.h"
@@ -45,15 +44,7 @@
 namespace estuary::cuda {
 namespace {
 
-using ::estuary::testing::MakeTensor;
-using ::estuary::testing::RandomVector;
-using matmul_test::DeviceArray;
-using matmul_test::HasCudaDevice;
-
-constexpr float kSentinel = -12345.5f;
-constexpr int kMaxReported = 10;
-
-bool IsInvalid(const absl::Status& s) { return s.code() == absl::StatusCode::kInvalidArgument; }
+using namespace decode_step_test;  // NOLINT(build/namespaces): the tests' shared helpers
 
 // The bits of each float, so that comparisons are bitwise (NaN and -0 included).
 std::vector<uint32_t> Bits(const std::vector<float>& v) {
@@ -77,41 +68,6 @@ void ExpectBitwiseEqual(const std::vector<float>& got, const std::vector<float>&
   EXPECT_EQ(failures, 0) << what;
 }
 
-std::vector<float> Abs(std::vector<float> v) {
-  for (float& f : v) f = std::fabs(f);
-  return v;
-}
-
-// W[o][i] of a host f32/bf16/f16 tensor, widened to f32.
-std::vector<float> Widened(const Tensor& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    switch (t.dtype()) {
-      case DType::kF32:
-        out[i] = t.data<float>()[i];
-        break;
-      case DType::kBF16:
-        out[i] = Bf16ToF32(t.data<uint16_t>()[i]);
-        break;
-      case DType::kF16:
-        out[i] = F16ToF32(t.data<uint16_t>()[i]);
-        break;
-      case DType::kInt4:
-        break;
-    }
-  }
-  return out;
-}
-
-// y = W x with the CPU kernel, for W given as f32 values [rows][cols].
-std::vector<float> CpuMatMul(const std::vector<float>& w, int64_t rows, int64_t cols,
-                             const std::vector<float>& x, int64_t n_tokens) {
-  const Tensor t = MakeTensor(DType::kF32, {rows, cols}, w);
-  std::vector<float> y(static_cast<size_t>(n_tokens * rows));
-  EXPECT_TRUE(kernels::cpu::MatMul(t, x.data(), n_tokens, y.data()).ok());
-  return y;
-}
-
 // Checks |got - ref| <= 2e-5 · bound + 1e-6 element-wise.
 void ExpectWithinBound(const std::vector<float>& got, const std::vector<float>& ref,
                        const std::vector<float>& bound, const std::string& what) {
@@ -129,12 +85,6 @@ void ExpectWithinBound(const std::vector<float>& got, const std::vector<float>& 
 
 // --- Row masks ------------------------------------------------------------------------------
 
-enum class Pattern { kNoMask, kAllRiver, kAlternating, kMixedWithIdle };
-struct MaskCase {
-  Pattern pattern;
-  int32_t want;
-  const char* name;
-};
 constexpr MaskCase kMasks[] = {
     {Pattern::kNoMask, kRowBackbone, "no mask"},
     {Pattern::kAllRiver, kRowBackbone, "no row"},
@@ -142,27 +92,6 @@ constexpr MaskCase kMasks[] = {
     {Pattern::kAlternating, kRowRiver, "alternating, river"},
     {Pattern::kMixedWithIdle, kRowRiver, "idle/backbone/river, river"},
 };
-
-std::vector<int32_t> RowPaths(Pattern pattern, int64_t n) {
-  std::vector<int32_t> path(static_cast<size_t>(n), kRowBackbone);
-  for (int64_t t = 0; t < n; ++t) {
-    int32_t& p = path[static_cast<size_t>(t)];
-    switch (pattern) {
-      case Pattern::kNoMask:
-        break;
-      case Pattern::kAllRiver:
-        p = kRowRiver;
-        break;
-      case Pattern::kAlternating:
-        p = t % 2 == 0 ? kRowBackbone : kRowRiver;
-        break;
-      case Pattern::kMixedWithIdle:
-        p = static_cast<int32_t>(t % 3) - 1;  // idle, backbone, river, ...
-        break;
-    }
-  }
-  return path;
-}
 
 // Sentinel-filled device outputs, one per segment, of n_tokens × outs[s] floats.
 struct Outputs {
@@ -242,12 +171,8 @@ TEST_P(DenseMultiTest, EqualsOneDenseMatMulRowsPerSegment) {
   std::vector<Tensor> w;
   std::vector<std::unique_ptr<DeviceArray<uint8_t>>> d_w;
   for (size_t s = 0; s < c.outs.size(); ++s) {
-    w.push_back(MakeTensor(c.dtype, {c.outs[s], c.in},
-                           RandomVector(c.outs[s] * c.in, seed + 7 * static_cast<uint32_t>(s),
-                                        -0.05f, 0.05f)));
-    const auto* bytes = static_cast<const uint8_t*>(w.back().raw());
-    d_w.push_back(std::make_unique<DeviceArray<uint8_t>>(
-        std::vector<uint8_t>(bytes, bytes + w.back().nbytes())));
+    w.push_back(RandomWeights(c.dtype, c.outs[s], c.in, seed + 7 * static_cast<uint32_t>(s)));
+    d_w.push_back(std::make_unique<DeviceArray<uint8_t>>(Bytes(w.back())));
   }
   const std::vector<float> x = RandomVector(c.n_tokens * c.in, seed + 100);
   DeviceArray<float> d_x(x);
@@ -301,32 +226,13 @@ struct Int4Weights {
 
 Int4Weights MakeInt4(int64_t rows, int64_t cols, int group, uint32_t seed) {
   Int4Weights out;
-  const Tensor w =
-      MakeTensor(DType::kF32, {rows, cols}, RandomVector(rows * cols, seed, -0.05f, 0.05f));
-  Int4QuantOptions options;
-  options.group_size = group;
-  options.refine = false;
-  absl::StatusOr<Int4Matrix> m = Int4Matrix::Quantize(w, options);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return out;
-  absl::StatusOr<Tensor> w_hat = m->DequantizeToF32();
-  EXPECT_TRUE(w_hat.ok()) << w_hat.status();
-  if (w_hat.ok()) {
-    out.dequantized.assign(w_hat->data<float>(), w_hat->data<float>() + rows * cols);
-  }
-  out.magnitude.resize(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < cols; ++i) {
-      const int64_t g = i / group;
-      out.magnitude[static_cast<size_t>(r * cols + i)] =
-          std::fabs(m->Scale(r, g)) * static_cast<float>(m->Code(r, i)) +
-          std::fabs(m->Offset(r, g));
-    }
-  }
-  absl::StatusOr<Int4GpuHost> host = PackInt4ForGpu(*m);
-  EXPECT_TRUE(host.ok()) << host.status();
-  if (!host.ok()) return out;
-  absl::StatusOr<Int4GpuMatrix> device = Int4GpuMatrix::Upload(*host);
+  absl::StatusOr<QuantizedInt4> q =
+      QuantizeInt4(RandomWeights(DType::kF32, rows, cols, seed), group);
+  EXPECT_TRUE(q.ok()) << q.status();
+  if (!q.ok()) return out;
+  out.dequantized = std::move(q->dequantized);
+  out.magnitude = Int4Magnitudes(q->matrix);
+  absl::StatusOr<Int4GpuMatrix> device = Int4GpuMatrix::Upload(q->host);
   EXPECT_TRUE(device.ok()) << device.status();
   if (device.ok()) out.device = std::move(*device);
   return out;
@@ -428,10 +334,8 @@ TEST_P(DenseSwiGluTest, EqualsSwiGluThenDenseMatMulRows) {
   if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
   const SwiGluCase c = GetParam();
   const auto seed = static_cast<uint32_t>(c.out + c.in * 3 + c.n_tokens);
-  const Tensor w =
-      MakeTensor(c.dtype, {c.out, c.in}, RandomVector(c.out * c.in, seed, -0.05f, 0.05f));
-  const auto* bytes = static_cast<const uint8_t*>(w.raw());
-  DeviceArray<uint8_t> d_w(std::vector<uint8_t>(bytes, bytes + w.nbytes()));
+  const Tensor w = RandomWeights(c.dtype, c.out, c.in, seed);
+  DeviceArray<uint8_t> d_w(Bytes(w));
   const SwiGluInputs in = MakeSwiGluInputs(c.n_tokens * c.in, seed + 1);
   DeviceArray<float> d_gate(in.gate), d_up(in.up);
   DeviceArray<float> d_h(in.gate.size());
@@ -522,27 +426,6 @@ std::string RopeKvName(const ::testing::TestParamInfo<RopeKvCase>& info) {
                       c.llama3 ? "_llama3" : "");
 }
 
-std::vector<float> InverseFrequencies(const RopeKvCase& c) {
-  RopeScaling scaling;
-  float theta = 10000.0f;
-  if (c.llama3) {
-    theta = 500000.0f;
-    scaling.enabled = true;
-    scaling.factor = 32.0f;
-    scaling.low_freq_factor = 1.0f;
-    scaling.high_freq_factor = 4.0f;
-    scaling.original_max_position_embeddings = 8192;
-  }
-  return kernels::cpu::RopeInverseFrequencies(c.head_dim, theta, scaling);
-}
-
-// One step's row: its position and the page id its page-table row holds for that position's
-// block (as in decode_step_kernels_test's WriteKvRows rows).
-struct KvRow {
-  int position;
-  int32_t page;
-};
-
 // Runs RopeWriteKvRows and, on copies, ApplyRope + WriteKvRows, and compares everything.
 void RunRopeKv(const RopeKvCase& c, const std::vector<KvRow>& rows, int stride, uint32_t seed) {
   constexpr int64_t kPages = 10;
@@ -555,18 +438,9 @@ void RunRopeKv(const RopeKvCase& c, const std::vector<KvRow>& rows, int stride, 
   const std::vector<float> k = RandomVector(n * kv_row, seed + 1);
   const std::vector<float> v = RandomVector(n * kv_row, seed + 2);
   const std::vector<float> region = RandomVector(kPages * shape.page_floats(), seed + 3);
-  std::mt19937 rng(seed);
-  std::vector<int32_t> table(static_cast<size_t>(n * stride));
-  for (int32_t& id : table) id = static_cast<int32_t>(rng() % kPages);
-  std::vector<int32_t> positions(static_cast<size_t>(n));
-  for (int64_t t = 0; t < n; ++t) {
-    const KvRow& row = rows[static_cast<size_t>(t)];
-    positions[static_cast<size_t>(t)] = row.position;
-    // Padding rows get their (bad) id in the first entry: the kernel must not look at it.
-    const int block = row.position < 0 ? 0 : row.position / c.block_size;
-    if (block < stride) table[static_cast<size_t>(t * stride + block)] = row.page;
-  }
-  const std::vector<float> inv_freq = InverseFrequencies(c);
+  const auto [table, positions] = MakeKvRowTables(rows, stride, c.block_size, kPages, seed);
+  const std::vector<float> inv_freq =
+      elementwise_test::TestRopeInverseFrequencies(c.head_dim, c.llama3);
   DeviceArray<float> d_inv_freq(inv_freq), d_v(v);
   DeviceArray<int32_t> d_positions(positions), d_table(table);
 
@@ -682,14 +556,10 @@ TEST(FusedArgsTest, DenseMatMulRowsMultiRejectsBadArguments) {
 }
 
 Int4GpuView FakeInt4View(int64_t rows, int64_t cols, int64_t group) {
-  Int4GpuView w;
+  Int4GpuView w = Int4ViewOfShape(rows, cols, group);
   w.nibbles = fake_floats;
   w.scales = reinterpret_cast<const uint16_t*>(fake_ints);
   w.offsets = reinterpret_cast<const uint16_t*>(fake_ints);
-  w.rows = rows;
-  w.cols = cols;
-  w.group_size = group;
-  w.n_groups = (cols + group - 1) / group;
   return w;
 }
 

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "core/kernels/cuda/cuda_status.h"
 #include "core/kernels/cuda/decode_step_kernels_launch.h"
 #include "core/kernels/cuda/int4_matmul.h"
 
@@ -19,6 +20,9 @@ namespace estuary::cuda {
 namespace {
 
 namespace ds = decode_step_internal;
+using kernels_internal::CudaStatus;
+using kernels_internal::Invalid;
+using kernels_internal::ToFloatWeightKind;
 
 static_assert(kRowBackbone == ds::kPathBackbone && kRowRiver == ds::kPathRiver,
               "the kernels' path ids must match the header's");
@@ -29,33 +33,28 @@ constexpr int64_t kMaxGridX = std::numeric_limits<int32_t>::max();
 constexpr int kMaxExitRows = 1024;
 constexpr int kMaxHeadDim = 8192;  // RoPE keeps head_dim floats of cos/sin in shared memory
 
-absl::Status CudaStatus(cudaError_t error, const char* what) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat("cuda ", what, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error)));
-}
-
-absl::Status Invalid(const char* what, auto&&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat("cuda ", what, ": ", parts...));
-}
-
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-absl::Status ToDenseKind(const char* what, DType dtype, ds::DenseKind* kind) {
-  switch (dtype) {
-    case DType::kF32:
-      *kind = ds::DenseKind::kF32;
-      return absl::OkStatus();
-    case DType::kBF16:
-      *kind = ds::DenseKind::kBf16;
-      return absl::OkStatus();
-    case DType::kF16:
-      *kind = ds::DenseKind::kF16;
-      return absl::OkStatus();
-    case DType::kInt4:
-      break;
+// The checks the dense and int4 products share: 1 to `max` segments; n_tokens in
+// [0, kMaxDenseTokens] and, when there are tokens, a 16-byte aligned x (and `up`, when set).
+absl::Status CheckSegmentCount(const char* what, size_t n_segments, int max) {
+  if (n_segments == 0 || n_segments > static_cast<size_t>(max)) {
+    return Invalid(what, n_segments, " segments, expected 1 to ", max);
   }
-  return Invalid(what, "weights must be f32, bf16 or f16, got ", DTypeName(dtype));
+  return absl::OkStatus();
+}
+
+absl::Status CheckActivations(const char* what, const float* x, const float* up,
+                              int64_t n_tokens) {
+  if (n_tokens < 0 || n_tokens > kMaxDenseTokens) {
+    return Invalid(what, "n_tokens ", n_tokens, " outside [0, ", kMaxDenseTokens, "]");
+  }
+  if (n_tokens == 0) return absl::OkStatus();
+  if (x == nullptr) return Invalid(what, "null pointer");
+  if (!Aligned16(x) || (up != nullptr && !Aligned16(up))) {
+    return Invalid(what, "the activations must be 16-byte aligned");
+  }
+  return absl::OkStatus();
 }
 
 // The sizes and pointers of a (multi-segment) dense product; `up` non-null: SwiGLU on load with
@@ -65,9 +64,9 @@ absl::Status DenseProduct(const char* what, absl::Span<const DenseSegment> segme
                           int64_t n_tokens, const int32_t* row_path, int32_t want_path,
                           cudaStream_t stream) {
   ds::DenseKind kind = ds::DenseKind::kF32;
-  if (absl::Status s = ToDenseKind(what, w_dtype, &kind); !s.ok()) return s;
-  if (segments.empty() || segments.size() > static_cast<size_t>(ds::kMaxSegments)) {
-    return Invalid(what, segments.size(), " segments, expected 1 to ", ds::kMaxSegments);
+  if (absl::Status s = ToFloatWeightKind(what, w_dtype, &kind); !s.ok()) return s;
+  if (absl::Status s = CheckSegmentCount(what, segments.size(), ds::kMaxSegments); !s.ok()) {
+    return s;
   }
   for (const DenseSegment& segment : segments) {
     if (segment.out_features <= 0 || segment.out_features > kMaxFeatures) {
@@ -78,27 +77,19 @@ absl::Status DenseProduct(const char* what, absl::Span<const DenseSegment> segme
     return Invalid(what, "in_features ", in_features,
                    " must be a positive multiple of 8 (16 bytes of bf16), at most 2^30");
   }
-  if (n_tokens < 0 || n_tokens > kMaxDenseTokens) {
-    return Invalid(what, "n_tokens ", n_tokens, " outside [0, ", kMaxDenseTokens, "]");
-  }
+  if (absl::Status s = CheckActivations(what, x, up, n_tokens); !s.ok()) return s;
   if (n_tokens == 0) return absl::OkStatus();
-  if (x == nullptr) return Invalid(what, "null pointer");
-  if (!Aligned16(x) || (up != nullptr && !Aligned16(up))) {
-    return Invalid(what, "w and the activations must be 16-byte aligned");
-  }
   ds::DenseSegmentArgs args[ds::kMaxSegments];
   for (size_t s = 0; s < segments.size(); ++s) {
     const DenseSegment& segment = segments[s];
     if (segment.w == nullptr || segment.y == nullptr) return Invalid(what, "null pointer");
-    if (!Aligned16(segment.w)) {
-      return Invalid(what, "w and the activations must be 16-byte aligned");
-    }
+    if (!Aligned16(segment.w)) return Invalid(what, "w must be 16-byte aligned");
     args[s] = {segment.w, segment.out_features, segment.y};
   }
   return CudaStatus(ds::LaunchDenseMatMulRowsMulti(args, static_cast<int>(segments.size()), kind,
                                                    in_features, x, up, n_tokens, row_path,
                                                    want_path, stream),
-                    what);
+                    "cuda ", what);
 }
 
 // The same for int4 views (Int4MatMul's checks for each); `up` non-null: SwiGLU on load.
@@ -106,9 +97,7 @@ absl::Status Int4Product(const char* what, absl::Span<const Int4Segment> segment
                          const float* x, const float* up, int64_t n_tokens,
                          const int32_t* row_path, int32_t want_path, cudaStream_t stream) {
   constexpr int kMaxSegments = matmul_internal::kMaxInt4Segments;
-  if (segments.empty() || segments.size() > static_cast<size_t>(kMaxSegments)) {
-    return Invalid(what, segments.size(), " segments, expected 1 to ", kMaxSegments);
-  }
+  if (absl::Status s = CheckSegmentCount(what, segments.size(), kMaxSegments); !s.ok()) return s;
   const std::string view_what = absl::StrCat("cuda ", what);
   const Int4GpuView& first = segments[0].w;
   for (const Int4Segment& segment : segments) {
@@ -121,14 +110,8 @@ absl::Status Int4Product(const char* what, absl::Span<const Int4Segment> segment
                      first.group_size, ", got ", segment.w.cols, " and ", segment.w.group_size);
     }
   }
-  if (n_tokens < 0 || n_tokens > kMaxDenseTokens) {
-    return Invalid(what, "n_tokens ", n_tokens, " outside [0, ", kMaxDenseTokens, "]");
-  }
+  if (absl::Status s = CheckActivations(what, x, up, n_tokens); !s.ok()) return s;
   if (n_tokens == 0) return absl::OkStatus();
-  if (x == nullptr) return Invalid(what, "null pointer");
-  if (!Aligned16(x) || (up != nullptr && !Aligned16(up))) {
-    return Invalid(what, "the activations must be 16-byte aligned");
-  }
   Int4GpuView views[kMaxSegments];
   float* ys[kMaxSegments] = {};
   for (size_t s = 0; s < segments.size(); ++s) {
@@ -145,7 +128,7 @@ absl::Status Int4Product(const char* what, absl::Span<const Int4Segment> segment
   return CudaStatus(
       matmul_internal::LaunchInt4MatMulMulti(views, ys, static_cast<int>(segments.size()), x, up,
                                              input, n_tokens, row_path, want_path, stream),
-      what);
+      "cuda ", what);
 }
 
 // The page-region arguments shared by WriteKvRows and RopeWriteKvRows.
@@ -260,7 +243,7 @@ absl::Status RopeWriteKvRows(float* q, int n_q_heads, float* k, const float* v, 
                                               style == RopeStyle::kInterleaved, page_table,
                                               page_table_stride, kv_layer, num_pages, shape,
                                               error_flag, stream),
-                    kWhat);
+                    "cuda ", kWhat);
 }
 
 absl::Status WriteKvRows(const float* k, const float* v, int64_t n_rows, const int32_t* positions,
@@ -278,7 +261,7 @@ absl::Status WriteKvRows(const float* k, const float* v, int64_t n_rows, const i
   }
   return CudaStatus(ds::LaunchWriteKvRows(k, v, n_rows, positions, page_table, page_table_stride,
                                           kv_layer, num_pages, shape, error_flag, stream),
-                    kWhat);
+                    "cuda ", kWhat);
 }
 
 absl::Status ExitDecision(const ExitDecisionArgs& args, cudaStream_t stream) {
@@ -311,7 +294,7 @@ absl::Status ExitDecision(const ExitDecisionArgs& args, cudaStream_t stream) {
   launch.rule = args.rule;
   launch.may_exit = args.may_exit;
   launch.forced = args.forced;
-  return CudaStatus(ds::LaunchExitDecision(launch, stream), kWhat);
+  return CudaStatus(ds::LaunchExitDecision(launch, stream), "cuda ", kWhat);
 }
 
 }  // namespace estuary::cuda

@@ -31,10 +31,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/kernels/cpu/kernels.h"
+#include "core/kernels/cuda/decode_step_test_util.h"
 #include "core/kernels/cuda/int4_matmul.h"
 #include "core/kernels/cuda/matmul_test_util.h"
-#include "core/quant/int4_matrix.h"
-#include "core/tensor/half_float.h"
 #include "core/tensor/tensor.h"
 #include "gtest/gtest.h"
 #include "tests/testing/random_data.h"
@@ -42,60 +41,10 @@
 namespace estuary::cuda {
 namespace {
 
-using ::estuary::testing::MakeTensor;
-using ::estuary::testing::RandomVector;
-using matmul_test::DeviceArray;
-using matmul_test::HasCudaDevice;
-
-constexpr float kSentinel = -12345.5f;
-constexpr int kMaxReported = 10;
-
-bool IsInvalid(const absl::Status& s) { return s.code() == absl::StatusCode::kInvalidArgument; }
-
-// W[o][i] of a host f32/bf16/f16 tensor, widened to f32.
-std::vector<float> Widened(const Tensor& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    switch (t.dtype()) {
-      case DType::kF32:
-        out[i] = t.data<float>()[i];
-        break;
-      case DType::kBF16:
-        out[i] = Bf16ToF32(t.data<uint16_t>()[i]);
-        break;
-      case DType::kF16:
-        out[i] = F16ToF32(t.data<uint16_t>()[i]);
-        break;
-      case DType::kInt4:
-        break;
-    }
-  }
-  return out;
-}
-
-std::vector<float> Abs(std::vector<float> v) {
-  for (float& f : v) f = std::fabs(f);
-  return v;
-}
-
-// y = W x with the CPU kernel, for W given as f32 values [rows][cols].
-std::vector<float> CpuMatMul(const std::vector<float>& w, int64_t rows, int64_t cols,
-                             const std::vector<float>& x, int64_t n_tokens) {
-  const Tensor t = MakeTensor(DType::kF32, {rows, cols}, w);
-  std::vector<float> y(static_cast<size_t>(n_tokens * rows));
-  EXPECT_TRUE(kernels::cpu::MatMul(t, x.data(), n_tokens, y.data()).ok());
-  return y;
-}
+using namespace decode_step_test;  // NOLINT(build/namespaces): the tests' shared helpers
 
 // --- Row masks shared by the dense and int4 tests ------------------------------------------
 
-// A row_path pattern and the path asked for. kNoMask passes row_path == nullptr.
-enum class Pattern { kNoMask, kAllBackbone, kAllRiver, kAlternating, kMixedWithIdle };
-struct MaskCase {
-  Pattern pattern;
-  int32_t want;
-  const char* name;
-};
 constexpr MaskCase kMasks[] = {
     {Pattern::kNoMask, kRowBackbone, "no mask"},
     {Pattern::kAllBackbone, kRowBackbone, "all rows"},
@@ -104,28 +53,6 @@ constexpr MaskCase kMasks[] = {
     {Pattern::kAlternating, kRowRiver, "alternating, river"},
     {Pattern::kMixedWithIdle, kRowRiver, "idle/backbone/river, river"},
 };
-
-std::vector<int32_t> RowPaths(Pattern pattern, int64_t n) {
-  std::vector<int32_t> path(static_cast<size_t>(n), kRowBackbone);
-  for (int64_t t = 0; t < n; ++t) {
-    int32_t& p = path[static_cast<size_t>(t)];
-    switch (pattern) {
-      case Pattern::kNoMask:
-      case Pattern::kAllBackbone:
-        break;
-      case Pattern::kAllRiver:
-        p = kRowRiver;
-        break;
-      case Pattern::kAlternating:
-        p = t % 2 == 0 ? kRowBackbone : kRowRiver;
-        break;
-      case Pattern::kMixedWithIdle:
-        p = static_cast<int32_t>(t % 3) - 1;  // idle, backbone, river, ...
-        break;
-    }
-  }
-  return path;
-}
 
 // Runs `product(row_path_or_null, want, y)` for every mask on a sentinel-filled y and checks the
 // wanted rows against `ref` (tolerance tol_scale · bound + 1e-6) and bitwise against the unmasked
@@ -208,16 +135,14 @@ TEST_P(DenseMatMulRowsTest, MatchesCpuMatMulOnWantedRows) {
   if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
   const DenseCase c = GetParam();
   const auto seed = static_cast<uint32_t>(c.out * 31 + c.in * 7 + c.n_tokens);
-  const Tensor w =
-      MakeTensor(c.dtype, {c.out, c.in}, RandomVector(c.out * c.in, seed, -0.05f, 0.05f));
+  const Tensor w = RandomWeights(c.dtype, c.out, c.in, seed);
   const std::vector<float> x = RandomVector(c.n_tokens * c.in, seed + 1);
 
   std::vector<float> ref(static_cast<size_t>(c.n_tokens * c.out));
   ASSERT_TRUE(kernels::cpu::MatMul(w, x.data(), c.n_tokens, ref.data()).ok());
   const std::vector<float> bound = CpuMatMul(Abs(Widened(w)), c.out, c.in, Abs(x), c.n_tokens);
 
-  const auto* w_bytes = static_cast<const uint8_t*>(w.raw());
-  DeviceArray<uint8_t> d_w(std::vector<uint8_t>(w_bytes, w_bytes + w.nbytes()));
+  DeviceArray<uint8_t> d_w(Bytes(w));
   DeviceArray<float> d_x(x);
   CheckMasks(c.n_tokens, c.out, ref, bound, 2e-5,
              [&](const int32_t* row_path, int32_t want, float* y) {
@@ -261,32 +186,15 @@ TEST_P(Int4MatMulRowsTest, MatchesDequantizedProductOnWantedRows) {
   if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
   const Int4Case c = GetParam();
   const auto seed = static_cast<uint32_t>(c.rows * 3 + c.cols + c.group + c.n_tokens);
-  const Tensor w =
-      MakeTensor(DType::kF32, {c.rows, c.cols}, RandomVector(c.rows * c.cols, seed, -0.05f, 0.05f));
-  Int4QuantOptions options;
-  options.group_size = c.group;
-  options.refine = false;
-  absl::StatusOr<Int4Matrix> m = Int4Matrix::Quantize(w, options);
-  ASSERT_TRUE(m.ok()) << m.status();
-  absl::StatusOr<Int4GpuHost> host = PackInt4ForGpu(*m);
-  ASSERT_TRUE(host.ok()) << host.status();
-  absl::StatusOr<Tensor> w_hat = m->DequantizeToF32();
-  ASSERT_TRUE(w_hat.ok()) << w_hat.status();
-  std::vector<float> w_abs(static_cast<size_t>(c.rows * c.cols));  // |s| q + |m|
-  for (int64_t r = 0; r < c.rows; ++r) {
-    for (int64_t i = 0; i < c.cols; ++i) {
-      const int64_t g = i / c.group;
-      w_abs[static_cast<size_t>(r * c.cols + i)] =
-          std::fabs(m->Scale(r, g)) * static_cast<float>(m->Code(r, i)) +
-          std::fabs(m->Offset(r, g));
-    }
-  }
+  absl::StatusOr<QuantizedInt4> q =
+      QuantizeInt4(RandomWeights(DType::kF32, c.rows, c.cols, seed), c.group);
+  ASSERT_TRUE(q.ok()) << q.status();
   const std::vector<float> x = RandomVector(c.n_tokens * c.cols, seed + 1);
-  std::vector<float> ref(static_cast<size_t>(c.n_tokens * c.rows));
-  ASSERT_TRUE(kernels::cpu::MatMul(*w_hat, x.data(), c.n_tokens, ref.data()).ok());
-  const std::vector<float> bound = CpuMatMul(w_abs, c.rows, c.cols, Abs(x), c.n_tokens);
+  const std::vector<float> ref = CpuMatMul(q->dequantized, c.rows, c.cols, x, c.n_tokens);
+  const std::vector<float> bound =
+      CpuMatMul(Int4Magnitudes(q->matrix), c.rows, c.cols, Abs(x), c.n_tokens);
 
-  absl::StatusOr<Int4GpuMatrix> d_w = Int4GpuMatrix::Upload(*host);
+  absl::StatusOr<Int4GpuMatrix> d_w = Int4GpuMatrix::Upload(q->host);
   ASSERT_TRUE(d_w.ok()) << d_w.status();
   DeviceArray<float> d_x(x);
   // The existing unmasked product must agree with the no-mask row of CheckMasks bit for bit.
@@ -315,15 +223,9 @@ std::string PageShapeName(const ::testing::TestParamInfo<PageShape>& info) {
   return absl::StrCat("h", s.n_kv_heads, "_b", s.block_size, "_d", s.head_dim);
 }
 
-// One step's rows: (position, the page its page-table row holds for that position's block).
-// Page ids beyond the layer or negative, and a position past the table, must be skipped and
-// flagged; padding (position < 0) is skipped silently whatever its table says.
-struct KvRow {
-  int position;
-  int32_t page;
-};
-
-// The host reference: `region` after writing the valid rows; returns whether an error is flagged.
+// The host reference: `region` after writing one step's valid rows; returns whether an error is
+// flagged. Page ids beyond the layer or negative, and a position past the table, must be skipped
+// and flagged; padding (position < 0) is skipped silently whatever its table says.
 bool ReferenceWriteKv(const std::vector<KvRow>& rows, const std::vector<int32_t>& table, int stride,
                       const std::vector<float>& k, const std::vector<float>& v, int64_t num_pages,
                       const PageShape& shape, std::vector<float>& region) {
@@ -368,18 +270,7 @@ void RunWriteKv(const PageShape& shape, const std::vector<KvRow>& rows, uint32_t
   const std::vector<float> k = RandomVector(n * row_floats, seed);
   const std::vector<float> v = RandomVector(n * row_floats, seed + 1);
   std::vector<float> region = RandomVector(kPages * shape.page_floats(), seed + 2);
-  // Each row's page-table row: valid ids everywhere except the entry its position uses.
-  std::mt19937 rng(seed);
-  std::vector<int32_t> table(static_cast<size_t>(n * kStride));
-  for (int32_t& id : table) id = static_cast<int32_t>(rng() % kPages);
-  std::vector<int32_t> positions(static_cast<size_t>(n));
-  for (int64_t t = 0; t < n; ++t) {
-    const KvRow& row = rows[static_cast<size_t>(t)];
-    positions[static_cast<size_t>(t)] = row.position;
-    // Padding rows get their (bad) id in the first entry: the kernel must not look at it.
-    const int block = row.position < 0 ? 0 : row.position / shape.block_size;
-    if (block < kStride) table[static_cast<size_t>(t * kStride + block)] = row.page;
-  }
+  const auto [table, positions] = MakeKvRowTables(rows, kStride, shape.block_size, kPages, seed);
   DeviceArray<float> d_k(k), d_v(v), d_region(region);
   DeviceArray<int32_t> d_positions(positions), d_table(table), d_flag(std::vector<int32_t>{0});
   ASSERT_TRUE(WriteKvRows(d_k.get(), d_v.get(), n, d_positions.get(), d_table.get(), kStride,
@@ -659,14 +550,9 @@ TEST(DecodeStepArgsTest, DenseMatMulRowsRejectsBadArguments) {
 }
 
 TEST(DecodeStepArgsTest, Int4MatMulRowsRejectsBadArguments) {
-  Int4GpuView w;
-  w.rows = 4;
-  w.cols = 72;  // not a multiple of 32
-  w.group_size = 64;
-  w.n_groups = 2;
+  Int4GpuView w = Int4ViewOfShape(4, 72, 64);  // cols not a multiple of 32
   EXPECT_TRUE(IsInvalid(Int4MatMulRows(w, fake_floats, 1, fake_ints, 0, fake_floats, nullptr)));
-  w.cols = 64;
-  w.n_groups = 1;
+  w = Int4ViewOfShape(4, 64, 64);
   // No weight pointers.
   EXPECT_TRUE(IsInvalid(Int4MatMulRows(w, fake_floats, 1, fake_ints, 0, fake_floats, nullptr)));
   EXPECT_TRUE(IsInvalid(Int4MatMulRows(w, fake_floats, -1, fake_ints, 0, fake_floats, nullptr)));

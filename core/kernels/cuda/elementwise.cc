@@ -10,45 +10,22 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/kernels/cuda/cuda_status.h"
 #include "core/kernels/cuda/elementwise_launch.h"
 
 namespace estuary::cuda {
 namespace {
 
 using internal::WeightKind;
+using kernels_internal::CudaStatus;
+using kernels_internal::Invalid;
+using kernels_internal::ToFloatWeightKind;
 
 // Grid x of the one-block-per-row kernels, and the largest head range the page copy's grid y
 // holds (2 * heads <= 65535).
 constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();
 constexpr int kMaxPageHeads = 32767;
 constexpr int kMaxHeadDim = 8192;  // RoPE keeps head_dim floats of cos/sin in shared memory
-
-absl::Status CudaStatus(cudaError_t error, const char* what) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("cuda ", what, ": ", cudaGetErrorName(error), ": ",
-                                          cudaGetErrorString(error)));
-}
-
-absl::Status Invalid(const char* what, auto&&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat("cuda ", what, ": ", parts...));
-}
-
-absl::Status ToWeightKind(DType dtype, const char* what, WeightKind* kind) {
-  switch (dtype) {
-    case DType::kF32:
-      *kind = WeightKind::kF32;
-      return absl::OkStatus();
-    case DType::kBF16:
-      *kind = WeightKind::kBf16;
-      return absl::OkStatus();
-    case DType::kF16:
-      *kind = WeightKind::kF16;
-      return absl::OkStatus();
-    case DType::kInt4:
-      break;
-  }
-  return Invalid(what, "weights must be f32, bf16 or f16, got ", DTypeName(dtype));
-}
 
 absl::Status CheckRows(const char* what, int64_t n_rows, int64_t row_length) {
   if (n_rows < 0 || n_rows > kMaxRows) {
@@ -63,7 +40,7 @@ absl::Status CheckRows(const char* what, int64_t n_rows, int64_t row_length) {
 absl::Status CheckNorm(const char* what, const float* x, const void* weight, DType weight_dtype,
                        int64_t n_tokens, int64_t dim, float eps, const float* out,
                        WeightKind* kind) {
-  if (absl::Status s = ToWeightKind(weight_dtype, what, kind); !s.ok()) return s;
+  if (absl::Status s = ToFloatWeightKind(what, weight_dtype, kind); !s.ok()) return s;
   if (absl::Status s = CheckRows(what, n_tokens, dim); !s.ok()) return s;
   if (!(eps >= 0.0f) || !std::isfinite(eps)) return Invalid(what, "eps ", eps, " must be >= 0");
   if (n_tokens > 0 && (x == nullptr || weight == nullptr || out == nullptr)) {
@@ -110,7 +87,7 @@ absl::Status ResidualRmsNormSimilarity(float* residual, const float* delta, cons
   }
   return CudaStatus(internal::LaunchResidualRmsNorm(residual, delta, weight, kind, n_tokens, dim,
                                                     eps, normed, similarity, stream),
-                    kWhat);
+                    "cuda ", kWhat);
 }
 
 absl::Status RmsNorm(const float* x, const void* weight, DType weight_dtype, int64_t n_tokens,
@@ -124,7 +101,7 @@ absl::Status RmsNorm(const float* x, const void* weight, DType weight_dtype, int
   // Without a delta the kernel only reads `x` (through a non-const pointer it never writes).
   return CudaStatus(internal::LaunchResidualRmsNorm(const_cast<float*>(x), nullptr, weight, kind,
                                                     n_tokens, dim, eps, out, nullptr, stream),
-                    kWhat);
+                    "cuda ", kWhat);
 }
 
 absl::Status ApplyRope(float* q, int n_q_heads, float* k, int n_kv_heads, int head_dim,
@@ -154,7 +131,7 @@ absl::Status ApplyRope(float* q, int n_q_heads, float* k, int n_kv_heads, int he
   return CudaStatus(internal::LaunchRope(q, n_q_heads, k, n_kv_heads, head_dim, positions,
                                          n_tokens, inv_freq, style == RopeStyle::kInterleaved,
                                          stream),
-                    kWhat);
+                    "cuda ", kWhat);
 }
 
 absl::Status SwiGlu(const float* gate, const float* up, int64_t n, float* out,
@@ -164,7 +141,7 @@ absl::Status SwiGlu(const float* gate, const float* up, int64_t n, float* out,
   if (n > 0 && (gate == nullptr || up == nullptr || out == nullptr)) {
     return Invalid(kWhat, "null pointer");
   }
-  return CudaStatus(internal::LaunchSwiGlu(gate, up, n, out, stream), kWhat);
+  return CudaStatus(internal::LaunchSwiGlu(gate, up, n, out, stream), "cuda ", kWhat);
 }
 
 absl::Status Embedding(const void* table, DType table_dtype, int64_t vocab, int64_t dim,
@@ -172,7 +149,7 @@ absl::Status Embedding(const void* table, DType table_dtype, int64_t vocab, int6
                        cudaStream_t stream) {
   constexpr const char* kWhat = "Embedding";
   WeightKind kind = WeightKind::kF32;
-  if (absl::Status s = ToWeightKind(table_dtype, kWhat, &kind); !s.ok()) return s;
+  if (absl::Status s = ToFloatWeightKind(kWhat, table_dtype, &kind); !s.ok()) return s;
   if (absl::Status s = CheckRows(kWhat, n_tokens, dim); !s.ok()) return s;
   if (vocab <= 0 || vocab > std::numeric_limits<int32_t>::max()) {
     return Invalid(kWhat, "vocabulary size ", vocab, " outside [1, 2^31)");
@@ -182,7 +159,7 @@ absl::Status Embedding(const void* table, DType table_dtype, int64_t vocab, int6
   }
   return CudaStatus(
       internal::LaunchEmbedding(table, kind, vocab, dim, ids, n_tokens, out, error_flag, stream),
-      kWhat);
+      "cuda ", kWhat);
 }
 
 absl::Status ArgmaxRows(const float* logits, int64_t n_rows, int64_t vocab, int32_t* out_ids,
@@ -192,7 +169,8 @@ absl::Status ArgmaxRows(const float* logits, int64_t n_rows, int64_t vocab, int3
   if (n_rows > 0 && (logits == nullptr || out_ids == nullptr)) {
     return Invalid(kWhat, "null pointer");
   }
-  return CudaStatus(internal::LaunchArgmaxRows(logits, n_rows, vocab, out_ids, stream), kWhat);
+  return CudaStatus(internal::LaunchArgmaxRows(logits, n_rows, vocab, out_ids, stream), "cuda ",
+                    kWhat);
 }
 
 absl::Status SampleRows(const float* logits, int64_t n_rows, int64_t vocab,
@@ -221,13 +199,13 @@ absl::Status SampleRows(const float* logits, int64_t n_rows, int64_t vocab,
   if (absl::Status s = CudaStatus(
           cudaMemcpyAsync(device_rows_scratch, rows.data(), rows.size() * sizeof(DeviceSamplingRow),
                           cudaMemcpyHostToDevice, stream),
-          "SampleRows (parameter copy)");
+          "cuda SampleRows (parameter copy)");
       !s.ok()) {
     return s;
   }
   return CudaStatus(
       internal::LaunchSampleRows(logits, n_rows, vocab, device_rows_scratch, out_ids, stream),
-      kWhat);
+      "cuda ", kWhat);
 }
 
 absl::Status CopyPages(const float* src, int64_t src_num_pages, const int32_t* src_pages,
@@ -253,7 +231,7 @@ absl::Status CopyPages(const float* src, int64_t src_num_pages, const int32_t* s
   args.head_floats = shape.head_floats();
   args.n_entries = n;
   args.error_flag = error_flag;
-  return CudaStatus(internal::LaunchPageCopy(args, stream), kWhat);
+  return CudaStatus(internal::LaunchPageCopy(args, stream), "cuda ", kWhat);
 }
 
 namespace {
@@ -304,7 +282,7 @@ absl::Status StagedCopy(const char* what, const float* src, float* dst, bool gat
   args.head_floats = shape.head_floats();
   args.n_entries = n;
   args.error_flag = error_flag;
-  return CudaStatus(internal::LaunchPageCopy(args, stream), what);
+  return CudaStatus(internal::LaunchPageCopy(args, stream), "cuda ", what);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/kernels/cpu/kernels.h"
+#include "core/kernels/cuda/elementwise_test_util.h"
 #include "core/sampling/sampler.h"
 #include "core/tensor/half_float.h"
 #include "core/tensor/tensor.h"
@@ -202,18 +203,8 @@ class RopeTest : public ::testing::TestWithParam<std::tuple<RopeCase, RopeStyle>
 TEST_P(RopeTest, MatchesCpu) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const auto [c, style] = GetParam();
-  RopeScaling scaling;
-  float theta = 10000.0f;
-  if (c.llama3_scaling) {
-    theta = 500000.0f;
-    scaling.enabled = true;
-    scaling.factor = 32.0f;
-    scaling.low_freq_factor = 1.0f;
-    scaling.high_freq_factor = 4.0f;
-    scaling.original_max_position_embeddings = 8192;
-  }
   const std::vector<float> inv_freq =
-      kernels::cpu::RopeInverseFrequencies(c.head_dim, theta, scaling);
+      elementwise_test::TestRopeInverseFrequencies(c.head_dim, c.llama3_scaling);
   std::vector<int32_t> positions(static_cast<size_t>(c.n_tokens));
   for (int t = 0; t < c.n_tokens; ++t) positions[static_cast<size_t>(t)] = t * 1237 % 9000;
   positions[0] = 0;

@@ -3,24 +3,17 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
-#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/kernels/cuda/cuda_status.h"
 #include "core/tensor/half_float.h"
 
 namespace estuary::cuda {
 namespace {
 
-absl::Status CudaError(cudaError_t err, absl::string_view what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  (void)cudaGetLastError();
-  const std::string msg =
-      absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
-  if (err == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(msg);
-  return absl::InternalError(msg);
-}
+using kernels_internal::CudaStatus;
 
 // The f16 bits h with F16ToF32(h) * multiplier == value, or false when there is none.
 bool ExactF16(float value, float multiplier, uint16_t* out) {
@@ -49,9 +42,9 @@ absl::Status Run(const Int4GpuView& w, const void* x, bool bf16, int64_t n_token
                  const int32_t* row_path, int32_t want_path, float* y, cudaStream_t stream) {
   if (absl::Status s = CheckView(w, x, n_tokens, y); !s.ok()) return s;
   if (n_tokens == 0) return absl::OkStatus();
-  return CudaError(matmul_internal::LaunchInt4MatMulRows(w, x, bf16, n_tokens, row_path,
-                                                         want_path, y, stream),
-                   "Int4MatMul launch");
+  return CudaStatus(matmul_internal::LaunchInt4MatMulRows(w, x, bf16, n_tokens, row_path,
+                                                          want_path, y, stream),
+                    "Int4MatMul launch");
 }
 
 }  // namespace
@@ -140,7 +133,7 @@ absl::StatusOr<Int4GpuMatrix> Int4GpuMatrix::Upload(const Int4GpuHost& host) {
   const size_t offsets_at = scales_at + (param_bytes + 255) / 256 * 256;
   const size_t total = offsets_at + param_bytes;
   Int4GpuMatrix out;
-  if (absl::Status s = CudaError(cudaMalloc(&out.memory_, total), "cudaMalloc"); !s.ok()) {
+  if (absl::Status s = CudaStatus(cudaMalloc(&out.memory_, total), "cudaMalloc"); !s.ok()) {
     out.memory_ = nullptr;
     return s;
   }
@@ -156,7 +149,7 @@ absl::StatusOr<Int4GpuMatrix> Int4GpuMatrix::Upload(const Int4GpuHost& host) {
                           {base + offsets_at, host.offsets.data(), param_bytes}};
   for (const Piece& p : pieces) {
     if (absl::Status s =
-            CudaError(cudaMemcpy(p.dst, p.src, p.bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+            CudaStatus(cudaMemcpy(p.dst, p.src, p.bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
         !s.ok()) {
       return s;
     }

@@ -108,16 +108,11 @@ TEST(Int4GpuPackTest, RejectsColumnsNotMultipleOf32) {
 }
 
 TEST(Int4GpuPackTest, MatMulRejectsBadArguments) {
-  Int4GpuView v;
-  v.rows = 4;
-  v.cols = 72;  // not a multiple of 32
-  v.group_size = 64;
-  v.n_groups = 2;
+  Int4GpuView v = matmul_test::Int4ViewOfShape(4, 72, 64);  // cols not a multiple of 32
   float x[8] = {};
   float y[4] = {};
   EXPECT_EQ(Int4MatMul(v, x, 1, y, nullptr).code(), absl::StatusCode::kInvalidArgument);
-  v.cols = 64;
-  v.n_groups = 1;
+  v = matmul_test::Int4ViewOfShape(4, 64, 64);
   EXPECT_EQ(Int4MatMul(v, x, 1, y, nullptr).code(), absl::StatusCode::kInvalidArgument);  // null
   EXPECT_EQ(Int4MatMul(v, x, -1, y, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Int4MatMul(v, x, 0, y, nullptr).ok());
@@ -176,18 +171,12 @@ const Quantized& GetQuantized(int64_t rows, int64_t cols, int group) {
   static Quantized* cache = new Quantized;
   if (cache->rows == rows && cache->cols == cols && cache->group == group) return *cache;
   *cache = Quantized{};
-  const Tensor w = RandomWeight(rows, cols, static_cast<uint32_t>(rows * 3 + cols + group));
-  Int4QuantOptions options;
-  options.group_size = group;
-  options.refine = false;
-  absl::StatusOr<Int4Matrix> m = Int4Matrix::Quantize(w, options);
-  EXPECT_TRUE(m.ok()) << m.status();
-  absl::StatusOr<Int4GpuHost> h = PackInt4ForGpu(*m);
-  EXPECT_TRUE(h.ok()) << h.status();
-  absl::StatusOr<Tensor> w_hat = m->DequantizeToF32();
-  EXPECT_TRUE(w_hat.ok());
-  cache->host = std::move(*h);
-  cache->w_hat.assign(w_hat->data<float>(), w_hat->data<float>() + rows * cols);
+  absl::StatusOr<matmul_test::QuantizedInt4> q = matmul_test::QuantizeInt4(
+      RandomWeight(rows, cols, static_cast<uint32_t>(rows * 3 + cols + group)), group);
+  EXPECT_TRUE(q.ok()) << q.status();
+  if (!q.ok()) return *cache;
+  cache->host = std::move(q->host);
+  cache->w_hat = std::move(q->dequantized);
   cache->w_abs.resize(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {

@@ -7,16 +7,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/kernels/cuda/cuda_status.h"
 #include "core/kernels/cuda/matmul_kernels.h"
 
 namespace estuary::cuda {
 namespace {
 
-absl::Status CudaError(cudaError_t err, absl::string_view what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
-}
+using kernels_internal::CudaStatus;
 
 absl::Status CheckGemmArgs(const void* w, int64_t out_features, int64_t in_features,
                            const void* x, int64_t n_tokens, const float* y) {
@@ -107,7 +104,7 @@ void CublasHandle::Reset() {
 absl::StatusOr<void*> CublasHandle::Scratch(size_t bytes) {
   if (bytes <= scratch_bytes_) return scratch_;
   if (scratch_ != nullptr) {
-    if (absl::Status s = CudaError(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    if (absl::Status s = CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
         !s.ok()) {
       return s;
     }
@@ -116,11 +113,10 @@ absl::StatusOr<void*> CublasHandle::Scratch(size_t bytes) {
     scratch_bytes_ = 0;
   }
   void* p = nullptr;
-  const cudaError_t err = cudaMalloc(&p, bytes);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return absl::ResourceExhaustedError(absl::StrCat("CublasHandle scratch of ", bytes,
-                                                     " bytes: ", cudaGetErrorName(err)));
+  if (absl::Status s =
+          CudaStatus(cudaMalloc(&p, bytes), "CublasHandle scratch of ", bytes, " bytes");
+      !s.ok()) {
+    return s;
   }
   scratch_ = p;
   scratch_bytes_ = bytes;
@@ -138,8 +134,8 @@ absl::Status MatMulBf16(CublasHandle& handle, const uint16_t* w_bf16, int64_t ou
   absl::StatusOr<void*> scratch = handle.Scratch(static_cast<size_t>(n) * sizeof(uint16_t));
   if (!scratch.ok()) return scratch.status();
   auto* xb = static_cast<uint16_t*>(*scratch);
-  if (absl::Status s = CudaError(matmul_internal::LaunchF32ToBf16(x, xb, n, handle.stream()),
-                                 "F32ToBf16 launch");
+  if (absl::Status s = CudaStatus(matmul_internal::LaunchF32ToBf16(x, xb, n, handle.stream()),
+                                  "F32ToBf16 launch");
       !s.ok()) {
     return s;
   }

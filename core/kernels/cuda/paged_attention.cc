@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "core/kernels/cuda/cuda_status.h"
 
 namespace estuary::cuda {
 
@@ -63,13 +64,8 @@ absl::Status PagedAttentionDecode(const PagedAttentionDecodeArgs& args, cudaStre
           "PagedAttentionDecode: splitting needs a workspace of ", need, " bytes"));
     }
   }
-  const cudaError_t err = matmul_internal::LaunchPagedAttentionDecode(a, stream);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return absl::InternalError(absl::StrCat("PagedAttentionDecode launch: ", cudaGetErrorName(err),
-                                            " (", cudaGetErrorString(err), ")"));
-  }
-  return absl::OkStatus();
+  return kernels_internal::CudaStatus(matmul_internal::LaunchPagedAttentionDecode(a, stream),
+                                      "PagedAttentionDecode launch");
 }
 
 }  // namespace estuary::cuda
