@@ -82,6 +82,7 @@ CublasHandle& CublasHandle::operator=(CublasHandle&& other) noexcept {
     stream_ = std::exchange(other.stream_, nullptr);
     scratch_ = std::exchange(other.scratch_, nullptr);
     scratch_bytes_ = std::exchange(other.scratch_bytes_, 0);
+    workspace_ = std::exchange(other.workspace_, nullptr);
   }
   return *this;
 }
@@ -99,6 +100,27 @@ void CublasHandle::Reset() {
     (void)cublasDestroy(handle_);
     handle_ = nullptr;
   }
+  if (workspace_ != nullptr) {
+    (void)cudaStreamSynchronize(stream_);
+    (void)cudaFree(workspace_);
+    workspace_ = nullptr;
+  }
+}
+
+absl::Status CublasHandle::PrepareForCapture(size_t max_scratch_bytes, size_t workspace_bytes) {
+  if (handle_ == nullptr) return absl::FailedPreconditionError("PrepareForCapture: empty handle");
+  if (absl::StatusOr<void*> scratch = Scratch(max_scratch_bytes); !scratch.ok()) {
+    return scratch.status();
+  }
+  if (workspace_ != nullptr) return absl::OkStatus();
+  if (absl::Status s = CudaStatus(cudaMalloc(&workspace_, workspace_bytes),
+                                  "cuBLAS workspace of ", workspace_bytes, " bytes");
+      !s.ok()) {
+    workspace_ = nullptr;
+    return s;
+  }
+  return CublasStatusToStatus(cublasSetWorkspace(handle_, workspace_, workspace_bytes),
+                              "cublasSetWorkspace");
 }
 
 absl::StatusOr<void*> CublasHandle::Scratch(size_t bytes) {

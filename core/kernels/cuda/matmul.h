@@ -56,6 +56,11 @@ class CublasHandle {
   // for the stream before freeing the old buffer).
   absl::StatusOr<void*> Scratch(size_t bytes);
 
+  // Makes later calls with inputs of at most `max_scratch_bytes` safe to capture in a CUDA graph:
+  // grows the scratch now and gives cuBLAS a fixed workspace of `workspace_bytes`
+  // (cublasSetWorkspace), so that no call allocates or synchronizes.
+  [[nodiscard]] absl::Status PrepareForCapture(size_t max_scratch_bytes, size_t workspace_bytes);
+
  private:
   void Reset();
 
@@ -63,6 +68,7 @@ class CublasHandle {
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  void* workspace_ = nullptr;  // cuBLAS's, once PrepareForCapture set one
 };
 
 // The GEMM above with f32 activations (rounded to bf16 on the GPU first). n_tokens == 0 is a

@@ -42,7 +42,17 @@ struct LayerPaths {
   const int32_t* row_path = nullptr;           // null: the model has no river (every row counts)
   int bucket = 0;
   cudaStream_t stream = nullptr;
+  // Set when every row is on the backbone, the weights are bf16 and the bucket is large: the
+  // backbone's products are cuBLAS GEMMs over all rows (padding rows included, never read).
+  CublasHandle* cublas = nullptr;
 };
+
+// y = W x on cuBLAS for a bf16 matrix.
+absl::Status GemmBf16(CublasHandle& cublas, const DeviceDense& w, const float* x, int bucket,
+                      float* y) {
+  return MatMulBf16(cublas, static_cast<const uint16_t*>(static_cast<const void*>(w.memory.get())),
+                    w.out_features, w.in_features, x, bucket, y);
+}
 
 // One product of a layer, named by the matrix on each path and its output.
 struct Projection {
@@ -54,6 +64,13 @@ struct Projection {
 // y = W x for every projection in `projections` (which share the input x): one launch per path.
 absl::Status Project(const LayerPaths& paths, std::initializer_list<Projection> projections,
                      const float* x) {
+  if (paths.cublas != nullptr) {
+    for (const Projection& p : projections) {
+      ESTUARY_RETURN_IF_ERROR(
+          GemmBf16(*paths.cublas, paths.backbone->*p.dense, x, paths.bucket, p.y));
+    }
+    return absl::OkStatus();
+  }
   if (paths.backbone != nullptr) {
     std::vector<DenseSegment> segments;
     for (const Projection& p : projections) {
@@ -72,7 +89,13 @@ absl::Status Project(const LayerPaths& paths, std::initializer_list<Projection> 
 }
 
 // y = W_down (silu(gate) * up), the activation computed as the kernels load their input.
-absl::Status ProjectDown(const LayerPaths& paths, const float* gate, const float* up, float* y) {
+// `gate` is scratch: the cuBLAS path writes silu(gate) * up into it first.
+absl::Status ProjectDown(const LayerPaths& paths, float* gate, const float* up, int64_t hidden,
+                         float* y) {
+  if (paths.cublas != nullptr) {
+    ESTUARY_RETURN_IF_ERROR(SwiGlu(gate, up, paths.bucket * hidden, gate, paths.stream));
+    return GemmBf16(*paths.cublas, paths.backbone->w_down, gate, paths.bucket, y);
+  }
   if (paths.backbone != nullptr) {
     const DeviceDense& w = paths.backbone->w_down;
     ESTUARY_RETURN_IF_ERROR(DenseMatMulRowsSwiGlu(w.memory.get(), w.dtype, w.out_features,
@@ -140,7 +163,7 @@ absl::Status DeviceDecoder::Init() {
   }
   pages_per_seq_ = (max_seq_len_ + options_.block_size - 1) / options_.block_size;
   forced_exit_ = c.n_layers;
-  if (model_.has_river()) {
+  if (model_.has_river() && options_.exits) {
     ESTUARY_RETURN_IF_ERROR(options_.policy.Validate(c.n_layers));
     forced_exit_ = options_.policy.ForcedExitAfter(c.n_layers);
     if (forced_exit_ < c.n_layers && !model_.river_has_layer(forced_exit_)) {
@@ -151,6 +174,16 @@ absl::Status DeviceDecoder::Init() {
   }
 
   ESTUARY_ASSIGN_OR_RETURN(stream_, StreamHandle::Create());
+  if (!options_.exits && model_.backbone(0).wq.dtype == DType::kBF16 &&
+      options_.max_rows >= kCublasMinRows) {
+    // Sized for the widest input (the padded MLP width) at max_rows rows, before any capture.
+    const size_t widest = static_cast<size_t>(
+        std::max<int64_t>({c.dim, int64_t{c.n_heads} * c.head_dim, model_.padded_hidden()}));
+    ESTUARY_ASSIGN_OR_RETURN(CublasHandle cublas, CublasHandle::Create(stream_.get()));
+    ESTUARY_RETURN_IF_ERROR(cublas.PrepareForCapture(
+        static_cast<size_t>(options_.max_rows) * widest * sizeof(uint16_t), size_t{32} << 20));
+    cublas_ = std::move(cublas);
+  }
   for (int l = 0; l < c.n_layers; ++l) {
     ESTUARY_ASSIGN_OR_RETURN(EventHandle event, EventHandle::Create(cudaEventDisableTiming));
     layer_done_.push_back(std::move(event));
@@ -295,7 +328,7 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
   // River rows are possible in this layer only once an exit may have happened before it;
   // backbone rows are impossible from the forced exit on (full int4, fixed-exit evaluation).
   const bool river_rows =
-      model_.river_has_layer(l) &&
+      options_.exits && model_.river_has_layer(l) &&
       (l >= forced_exit_ || l >= std::max(1, options_.policy.min_backbone_layers));
   const bool backbone_rows = l < forced_exit_;
   LayerPaths paths;
@@ -304,12 +337,13 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
   paths.row_path = model_.has_river() ? b.in(b.row_path) : nullptr;
   paths.bucket = bucket;
   paths.stream = s;
+  if (cublas_.has_value() && bucket >= kCublasMinRows) paths.cublas = &*cublas_;
   using D = DeviceLayerDense;
   using Q = DeviceLayerInt4;
 
   // The exit decision after this layer needs its input; none is taken once no row can be on
   // the backbone.
-  const bool decide = model_.has_river() && backbone_rows && l + 1 < c.n_layers;
+  const bool decide = options_.exits && model_.has_river() && backbone_rows && l + 1 < c.n_layers;
   if (decide) {
     ESTUARY_RETURN_IF_ERROR(
         CudaStatus(cudaMemcpyAsync(b.layer_in.get(), b.x.get(), sizeof(float) * rows * c.dim,
@@ -340,7 +374,8 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
   ESTUARY_RETURN_IF_ERROR(
       Project(paths, {{&D::w_gate, &Q::w_gate, b.gate.get()}, {&D::w_up, &Q::w_up, b.up.get()}},
               b.xb.get()));
-  ESTUARY_RETURN_IF_ERROR(ProjectDown(paths, b.gate.get(), b.up.get(), b.proj.get()));
+  ESTUARY_RETURN_IF_ERROR(
+      ProjectDown(paths, b.gate.get(), b.up.get(), model_.padded_hidden(), b.proj.get()));
   // x += down; xb = RMSNorm(x) with the next layer's attention norm (or the final norm).
   const bool last = l + 1 == c.n_layers;
   const float* next_norm = last ? model_.final_norm().get() : model_.norms(l + 1).attn_norm.get();

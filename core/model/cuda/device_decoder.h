@@ -26,11 +26,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/backend/cuda/cuda_resources.h"
+#include "core/kernels/cuda/matmul.h"
 #include "core/kvcache/kv_pool.h"
 #include "core/kvcache/sequence_kv.h"
 #include "core/model/cuda/device_model.h"
@@ -45,6 +47,10 @@ struct DeviceDecoderOptions {
   int max_seq_len = 0;                        // longest sequence; 0: min(model context, 8192)
   ExitPolicy policy;                          // used when the model has a river
   bool use_graphs = true;  // false: launch the kernels directly every step (for tests)
+  // false: no row ever leaves the backbone (thresholds and the river are ignored). Then bf16
+  // projections of steps with at least kCublasMinRows rows run as cuBLAS GEMMs (activations
+  // rounded to bf16), the fast path for prefill chunks.
+  bool exits = true;
   // A pool to share instead of owning one (kv_cache_bytes is then unused): made with
   // DeviceKvRegionAllocator() and this model's layout at `block_size`. Two decoders with
   // different policies (prefill, decode) can serve one set of sequences this way. Must outlive
@@ -64,6 +70,9 @@ struct DeviceRow {
 
 // A row of a step whose KV lives in a SequenceKv over pool(): what engines that manage their own
 // sequences (the decode engine) pass to Run.
+// Rows from which a step without exits runs its bf16 projections on cuBLAS.
+inline constexpr int kCublasMinRows = 32;
+
 struct DeviceStepRow {
   const SequenceKv* kv = nullptr;  // pages must already cover `position` (SequenceKv::Reserve)
   int32_t token = 0;
@@ -136,6 +145,7 @@ class DeviceDecoder {
   int pages_per_seq_ = 0;
   int forced_exit_ = 0;  // backbone layers after which every row is on the river
   StreamHandle stream_;
+  std::optional<CublasHandle> cublas_;  // exits == false with bf16 weights only
   std::unique_ptr<KvPool> owned_pool_;
   KvPool* pool_ = nullptr;  // owned_pool_ or options_.shared_pool
   std::unique_ptr<Buffers> buffers_;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <optional>
 
@@ -282,6 +283,47 @@ TEST_F(DeviceTest, Bf16WeightsMatchCpuBf16) {
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   const GenerateResult cpu = CpuGenerate(*model_, nullptr, {}, cases[0].prompt_ids, kTokens, 2.0f);
   EXPECT_EQ(gpu->completion_ids, cpu.completion_ids);
+}
+
+// A prefill chunk of a bf16 model on cuBLAS (a decoder without exits, 48 rows) against the same
+// chunk on the row kernels: cuBLAS rounds the activations to bf16, so the logits agree closely
+// but not bitwise, and the greedy token is the same.
+TEST_F(DeviceTest, CublasPrefillAgreesWithRowKernels) {
+  ASSERT_NO_FATAL_FAILURE(Prepare("stories12L", false, DType::kBF16));
+  const int vocab = model_->config().vocab_size;
+  std::vector<int32_t> prompt;
+  for (const GoldenCase& c : ::estuary::testing::LoadGoldenCases("stories12L")) {
+    prompt.insert(prompt.end(), c.prompt_ids.begin(), c.prompt_ids.end());
+  }
+  prompt.resize(std::min<size_t>(prompt.size(), 48));
+  ASSERT_GE(prompt.size(), static_cast<size_t>(kCublasMinRows));
+  std::vector<std::vector<float>> logits(2, std::vector<float>(static_cast<size_t>(vocab)));
+  for (int with_cublas = 0; with_cublas < 2; ++with_cublas) {
+    DeviceDecoderOptions options;
+    options.kv_cache_bytes = int64_t{16} << 20;
+    options.exits = with_cublas == 0;  // a decoder without exits uses cuBLAS for >= 32 rows
+    auto decoder = DeviceDecoder::Create(*device_, options);
+    ASSERT_TRUE(decoder.ok()) << decoder.status();
+    auto seq = (*decoder)->AddSequence();
+    ASSERT_TRUE(seq.ok());
+    std::vector<DeviceRow> rows;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      rows.push_back({*seq, prompt[i], static_cast<int32_t>(i), 2.0f});
+    }
+    std::vector<DeviceRowResult> results(rows.size());
+    std::vector<float> all(rows.size() * static_cast<size_t>(vocab));
+    ASSERT_TRUE((*decoder)->Step(rows, absl::MakeSpan(results), absl::MakeSpan(all)).ok());
+    std::copy(all.end() - vocab, all.end(), logits[static_cast<size_t>(with_cublas)].begin());
+  }
+  double dot = 0, a2 = 0, b2 = 0;
+  for (int i = 0; i < vocab; ++i) {
+    dot += double{logits[0][i]} * logits[1][i];
+    a2 += double{logits[0][i]} * logits[0][i];
+    b2 += double{logits[1][i]} * logits[1][i];
+  }
+  EXPECT_GT(dot / std::sqrt(a2 * b2), 0.999);
+  EXPECT_EQ(std::max_element(logits[0].begin(), logits[0].end()) - logits[0].begin(),
+            std::max_element(logits[1].begin(), logits[1].end()) - logits[1].begin());
 }
 
 // Bad rows are refused before anything runs, and a refused step changes nothing.

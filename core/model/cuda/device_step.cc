@@ -40,8 +40,11 @@ class CudaDeviceStep final : public DeviceStep {
     decoder.block_size = options.block_size;
     decoder.max_seq_len = model.config().max_seq_len;
     decoder.shared_pool = step->pool_.get();
-    // The default policy: no exit (every backbone layer is resident on the device).
+    // No exit (every backbone layer is resident on the device): prefill chunks, on cuBLAS when
+    // the weights are bf16.
+    decoder.exits = false;
     ESTUARY_ASSIGN_OR_RETURN(step->no_exit_, cuda::DeviceDecoder::Create(*step->model_, decoder));
+    decoder.exits = true;
     decoder.policy = options.policy;
     ESTUARY_ASSIGN_OR_RETURN(step->with_policy_,
                              cuda::DeviceDecoder::Create(*step->model_, decoder));
