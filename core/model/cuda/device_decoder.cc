@@ -523,6 +523,9 @@ absl::Status DeviceDecoder::Run(absl::Span<const DeviceStepRow> rows,
         return enqueued;
       }
       ESTUARY_RETURN_IF_ERROR(CudaStatus(ended, "end graph capture"));
+      size_t nodes = 0;
+      ESTUARY_RETURN_IF_ERROR(CudaStatus(cudaGraphGetNodes(graph, nullptr, &nodes), "graph nodes"));
+      graph_nodes_[bucket] = nodes;
       ESTUARY_ASSIGN_OR_RETURN(GraphExecHandle exec, GraphExecHandle::Instantiate(graph));
       it = graphs_.emplace(bucket, std::move(exec)).first;
     }

@@ -124,6 +124,11 @@ class DeviceDecoder {
   int max_seq_len() const { return max_seq_len_; }
   int32_t free_pages() const { return pool_->free_pages(); }
   int max_rows() const { return options_.max_rows; }
+  // Nodes of the graph captured for `rows` rows (0 before its first step, or without graphs).
+  size_t graph_nodes(int rows) const {
+    auto it = graph_nodes_.find(BucketFor(rows));
+    return it == graph_nodes_.end() ? 0 : it->second;
+  }
   // The device KV pool: its page bookkeeping is on the host, its layer regions on the GPU.
   KvPool& pool() { return *pool_; }
 
@@ -151,6 +156,7 @@ class DeviceDecoder {
   std::unique_ptr<Buffers> buffers_;
   std::vector<EventHandle> layer_done_;      // recorded after each layer (captured in the graphs)
   std::map<int, GraphExecHandle> graphs_;    // by bucket
+  std::map<int, size_t> graph_nodes_;        // by bucket, for profiling
   std::map<int32_t, SequenceKv> sequences_;  // AddSequence handles
   int32_t next_sequence_ = 0;
 };

@@ -75,6 +75,7 @@ struct Mode {
 struct Measurement {
   double seconds_per_step = 0;
   double bytes_per_step = 0;
+  size_t graph_nodes = 0;  // of the decode step's graph
 };
 
 // Weight bytes a step reads (every layer on its path, plus the LM head) and the KV it attends.
@@ -90,7 +91,8 @@ double StepBytes(const DeviceModel& model, const Mode& mode, int batch, int cont
   return bytes + kv_per_token * context * batch;
 }
 
-absl::StatusOr<Measurement> Run(const DeviceModel& model, const Mode& mode, int batch) {
+absl::StatusOr<Measurement> Run(const DeviceModel& model, const Mode& mode, int batch,
+                                bool use_graphs = true) {
   const LlamaConfig& c = model.config();
   const int prompt = absl::GetFlag(FLAGS_prompt), steps = absl::GetFlag(FLAGS_steps),
             warmup = absl::GetFlag(FLAGS_warmup);
@@ -101,6 +103,7 @@ absl::StatusOr<Measurement> Run(const DeviceModel& model, const Mode& mode, int 
                                c.head_dim * sizeof(float) * c.n_layers +
                            (int64_t{256} << 20);
   if (mode.river) options.policy.max_backbone_layers = mode.exit_after;
+  options.use_graphs = use_graphs;
   ESTUARY_ASSIGN_OR_RETURN(auto decoder, DeviceDecoder::Create(model, options));
 
   std::mt19937 rng(7);
@@ -129,7 +132,8 @@ absl::StatusOr<Measurement> Run(const DeviceModel& model, const Mode& mode, int 
   for (int i = 0; i < steps; ++i) ESTUARY_RETURN_IF_ERROR(step());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  return Measurement{seconds / steps, StepBytes(model, mode, batch, context_mid)};
+  return Measurement{seconds / steps, StepBytes(model, mode, batch, context_mid),
+                     decoder->graph_nodes(batch)};
 }
 
 absl::Status Main() {
@@ -179,8 +183,9 @@ absl::Status Main() {
               path.c_str(), c.n_layers, c.dim, DTypeName(model.weights().layers[0].wq.dtype()),
               quant.group_size, absl::GetFlag(FLAGS_prompt));
   std::printf(
-      "\n| mode | batch | ms/step | tokens/s | MB read/step | GB/s | roofline | vs bf16 |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+      "\n| mode | batch | ms/step | tokens/s | MB read/step | GB/s | roofline | vs bf16 | nodes "
+      "|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (int batch : batches) {
     double bf16_seconds = 0;
     for (const Mode& mode : modes) {
@@ -188,15 +193,21 @@ absl::Status Main() {
       ESTUARY_ASSIGN_OR_RETURN(Measurement m, Run(device, mode, batch));
       if (!mode.river) bf16_seconds = m.seconds_per_step;
       const double achieved = m.bytes_per_step / m.seconds_per_step;
-      std::printf("| %s | %d | %.3f | %.0f | %.1f | %.0f | %.2f | %.2fx |\n", mode.name, batch,
-                  m.seconds_per_step * 1e3, batch / m.seconds_per_step, m.bytes_per_step / 1e6,
-                  achieved / 1e9, achieved / bandwidth, bf16_seconds / m.seconds_per_step);
+      std::printf("| %s | %d | %.3f | %.0f | %.1f | %.0f | %.2f | %.2fx | %zu |\n", mode.name,
+                  batch, m.seconds_per_step * 1e3, batch / m.seconds_per_step,
+                  m.bytes_per_step / 1e6, achieved / 1e9, achieved / bandwidth,
+                  bf16_seconds / m.seconds_per_step, m.graph_nodes);
       std::fflush(stdout);
     }
   }
+  // What the graphs save: the same batch-1 bf16 step with every kernel launched from the host.
+  ESTUARY_ASSIGN_OR_RETURN(Measurement direct, Run(*backbone_only, modes[0], 1, false));
+  std::printf("\nbf16 batch 1 without graphs: %.3f ms/step (kernels launched one by one)\n",
+              direct.seconds_per_step * 1e3);
   std::printf(
-      "\nroofline = (weight + KV bytes one step reads / step time) / copy bandwidth; a step is "
-      "timed end to end (upload, graph replay, download).\n");
+      "roofline = (weight + KV bytes one step reads / step time) / copy bandwidth; a step is "
+      "timed end to end (upload, graph replay, download); nodes = kernels and copies in the "
+      "step's graph.\n");
   return absl::OkStatus();
 }
 
