@@ -338,6 +338,7 @@ absl::Status DecodeEngine::Forward(const std::vector<Sequence*>& batch,
 absl::Status DecodeEngine::PrefillStep() {
   std::vector<Sequence*> batch;
   std::vector<BatchEntry> entries;
+  std::vector<bool> wants_tokens;  // the chunk ends the prompt: sample the first token
   int budget = options_.max_num_batched_tokens;
   for (auto& owned : running_) {
     Sequence& s = *owned;
@@ -349,8 +350,10 @@ absl::Status DecodeEngine::PrefillStep() {
     entry.tokens = absl::MakeConstSpan(s.tokens.data() + begin, static_cast<size_t>(end - begin));
     entry.start_pos = begin;
     entry.exit_threshold = 2.0f;  // prefill runs the full backbone (design §5)
-    entry.want_logits = end == s.PrefillTarget() && s.generated == 0;
+    const bool wants_token = end == s.PrefillTarget() && s.generated == 0;
+    entry.want_logits = wants_token && !TokenOnDevice(s);
     entries.push_back(entry);
+    wants_tokens.push_back(wants_token);
     batch.push_back(&s);
   }
   if (entries.empty()) return absl::OkStatus();
@@ -377,11 +380,9 @@ absl::Status DecodeEngine::PrefillStep() {
     const int n = static_cast<int>(entries[i].tokens.size());
     s.kv.set_length(s.kv.length() + n);
     stats_.RecordPrefillTokens(n);
-    if (!entries[i].want_logits) continue;
+    if (!wants_tokens[i]) continue;
     if (options_.enable_prefix_caching) s.kv.RegisterFullPages(s.tokens);
-    AcceptToken(s, absl::MakeSpan(logits.data() + logit_row * vocab, vocab),
-                outcomes[i].backbone_layers);
-    ++logit_row;
+    TakeToken(s, entries[i], outcomes[i], logits, logit_row);
   }
   return absl::OkStatus();
 }
@@ -436,10 +437,13 @@ absl::Status DecodeEngine::DecodeStep() {
     entry.tokens = absl::MakeConstSpan(&s->tokens.back(), 1);
     entry.start_pos = s->kv.length();
     entry.exit_threshold = s->exit_threshold;
+    entry.want_logits = !TokenOnDevice(*s);
     entries.push_back(entry);
   }
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
-  std::vector<float> logits(entries.size() * vocab);
+  size_t with_logits = 0;
+  for (const BatchEntry& e : entries) with_logits += e.want_logits;
+  std::vector<float> logits(with_logits * vocab);
   std::vector<EntryOutcome> outcomes(entries.size());
   ShardedForwardOptions forward;
   forward.use_river = use_river_;
@@ -451,14 +455,30 @@ absl::Status DecodeEngine::DecodeStep() {
     FailAll(batch, status);
     return status;
   }
+  size_t logit_row = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence& s = *batch[i];
     s.kv.set_length(s.kv.length() + 1);
     stats_.RecordDecodeToken(outcomes[i].backbone_layers);
-    AcceptToken(s, absl::MakeSpan(logits.data() + i * vocab, vocab),
-                outcomes[i].backbone_layers);
+    TakeToken(s, entries[i], outcomes[i], logits, logit_row);
   }
   return absl::OkStatus();
+}
+
+bool DecodeEngine::TokenOnDevice(const Sequence& s) const {
+  return device_step_ != nullptr && s.sampler.greedy();
+}
+
+void DecodeEngine::TakeToken(Sequence& s, const BatchEntry& entry, const EntryOutcome& outcome,
+                             std::vector<float>& logits, size_t& logit_row) {
+  if (!entry.want_logits) {
+    EmitToken(s, outcome.argmax, outcome.backbone_layers);
+    return;
+  }
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  AcceptToken(s, absl::MakeSpan(logits.data() + logit_row * vocab, vocab),
+              outcome.backbone_layers);
+  ++logit_row;
 }
 
 void DecodeEngine::AcceptToken(Sequence& s, absl::Span<float> logits, int backbone_layers) {

@@ -146,6 +146,14 @@ class DecodeEngine {
   void Preempt(Sequence& sequence);
   // Samples from `logits`, emits the token, and retires the sequence when it is done.
   void AcceptToken(Sequence& sequence, absl::Span<float> logits, int backbone_layers);
+  // Whether `sequence`'s next token is the device's argmax (a GPU engine, greedy sampling): its
+  // entries then ask for no logits and none are downloaded.
+  bool TokenOnDevice(const Sequence& sequence) const;
+  // Emits the token of a step's entry that wants one: the device's argmax when the entry asked
+  // for no logits, else sampled from its row of `logits` (rows in entry order; advances
+  // logit_row).
+  void TakeToken(Sequence& sequence, const BatchEntry& entry, const EntryOutcome& outcome,
+                 std::vector<float>& logits, size_t& logit_row);
   void Finish(Sequence& sequence, FinishReason reason, absl::Status status);
   void FailAll(std::vector<Sequence*>& sequences, const absl::Status& status);
   void RemoveFinished();

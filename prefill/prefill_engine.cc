@@ -189,6 +189,7 @@ absl::Status PrefillEngine::RunBatch(bool* ran) {
   const int block = options_.block_size;
   const size_t n = batch.size();
   std::vector<BatchEntry> entries(n);
+  std::vector<bool> last_chunk(n);
   size_t with_logits = 0;
   for (size_t i = 0; i < n; ++i) {
     Sequence& s = *batch[i];
@@ -197,7 +198,10 @@ absl::Status PrefillEngine::RunBatch(bool* ran) {
                                    static_cast<size_t>(chunk_end[i] - chunk_begin[i]));
     e.start_pos = chunk_begin[i];
     e.exit_threshold = s.exit_threshold;
-    e.want_logits = chunk_end[i] == s.prompt_len();
+    // The last chunk samples the first token: on the host from its logits, or, greedy on a GPU
+    // engine, the device's argmax (no logits downloaded).
+    last_chunk[i] = chunk_end[i] == s.prompt_len();
+    e.want_logits = last_chunk[i] && !(device_step_ != nullptr && s.sampler.greedy());
     with_logits += e.want_logits;
   }
   // Each rank's KV views, and its LayerReady events (one per chunk, `layer` set per call): each
@@ -269,11 +273,14 @@ absl::Status PrefillEngine::RunBatch(bool* ran) {
     s.kv.set_length(chunk_end[i]);
     s.chunk_backbone_layers.push_back(outcomes[i].backbone_layers);
     prefill_tokens_ += chunk_end[i] - chunk_begin[i];
-    if (!entries[i].want_logits) continue;
-    s.first_token =
-        s.sampler.Sample(absl::MakeSpan(logits.data() + logit_row * vocab, vocab),
-                         s.request.prompt_ids);
-    ++logit_row;
+    if (!last_chunk[i]) continue;
+    if (entries[i].want_logits) {
+      s.first_token = s.sampler.Sample(absl::MakeSpan(logits.data() + logit_row * vocab, vocab),
+                                       s.request.prompt_ids);
+      ++logit_row;
+    } else {
+      s.first_token = outcomes[i].argmax;
+    }
     Finish(s, absl::OkStatus());
   }
   return absl::OkStatus();

@@ -37,6 +37,9 @@ struct BatchEntry {
 
 struct EntryOutcome {
   int backbone_layers = 0;  // layers run on the backbone (n_layers when it never exited)
+  // Argmax of the last token's logits, when the forward computed it (the GPU path does, also for
+  // entries without want_logits, so greedy requests need no logits download); -1 otherwise.
+  int32_t argmax = -1;
 };
 
 // Optional observer for evaluation (eval-exit): sees each layer's result per entry. Not called

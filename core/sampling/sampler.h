@@ -37,6 +37,11 @@ class Sampler {
 
   bool IsStopToken(int32_t id) const;
   const SamplingParams& params() const { return params_; }
+  // Whether Sample is the argmax of the raw logits (temperature 0, no repetition penalty), so
+  // an argmax taken elsewhere (on a GPU) may stand in for it. Sample draws no randomness then.
+  bool greedy() const {
+    return params_.temperature == 0.0f && params_.repetition_penalty == 1.0f;
+  }
 
  private:
   SamplingParams params_;

@@ -17,6 +17,19 @@ TEST(SamplerTest, GreedyPicksArgmax) {
   EXPECT_EQ(sampler.Sample(absl::MakeSpan(logits), {}), 1);
 }
 
+// greedy() holds exactly when Sample is the argmax of the raw logits: a GPU engine then uses the
+// device's argmax and downloads no logits.
+TEST(SamplerTest, GreedyMeansArgmaxOfTheRawLogits) {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  EXPECT_TRUE(Sampler(params).greedy());
+  params.repetition_penalty = 1.3f;  // changes the logits first
+  EXPECT_FALSE(Sampler(params).greedy());
+  params.repetition_penalty = 1.0f;
+  params.temperature = 0.7f;
+  EXPECT_FALSE(Sampler(params).greedy());
+}
+
 TEST(SamplerTest, SameSeedSameTokensDifferentSeedDiffers) {
   SamplingParams params;
   params.temperature = 1.0f;

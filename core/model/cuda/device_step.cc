@@ -99,8 +99,9 @@ class CudaDeviceStep final : public DeviceStep {
       ESTUARY_RETURN_IF_ERROR(decoder.Run(rows, absl::MakeSpan(results), run_logits,
                                           final_run ? on_layer_done : nullptr));
       for (size_t i = 0; i < rows.size(); ++i) {
-        if (origins[i].last)
-          outcomes[origins[i].entry].backbone_layers = results[i].backbone_layers;
+        if (!origins[i].last) continue;
+        outcomes[origins[i].entry].backbone_layers = results[i].backbone_layers;
+        outcomes[origins[i].entry].argmax = results[i].next_token;
       }
       rows.clear();
       origins.clear();
