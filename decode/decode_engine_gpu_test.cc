@@ -21,6 +21,12 @@ bool HaveDevice() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
+SamplingParams GreedySampling() {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  return greedy;
+}
+
 // Runs every golden prompt of `model_name` through one engine, all in one batch, and returns
 // each request's tokens and the engine's exit rate.
 struct EngineRun {
@@ -29,7 +35,8 @@ struct EngineRun {
 };
 
 EngineRun RunAll(const LlamaModel& model, const River* river, const std::vector<GoldenCase>& cases,
-                 DecodeEngineOptions options, int max_tokens) {
+                 DecodeEngineOptions options, int max_tokens,
+                 const SamplingParams& sampling = GreedySampling()) {
   EngineRun run;
   TokenSink sink = [&](const TokenEvent& e) {
     if (e.token_id >= 0) run.tokens[std::stoi(e.request_id)].push_back(e.token_id);
@@ -43,7 +50,7 @@ EngineRun RunAll(const LlamaModel& model, const River* river, const std::vector<
     r.request_id = std::to_string(i);
     r.prompt_ids = cases[i].prompt_ids;
     r.max_tokens = max_tokens;
-    r.sampling.temperature = 0.0f;
+    r.sampling = sampling;
     EXPECT_TRUE((*engine)->Submit(std::move(r)).ok());
   }
   EXPECT_TRUE((*engine)->RunUntilIdle().ok());
@@ -63,6 +70,24 @@ TEST_P(DecodeEngineGpuTest, ReproducesGoldenIdsInOneBatch) {
   DecodeEngineOptions options;
   options.cuda_device = 0;
   const EngineRun gpu = RunAll(*loaded->model, nullptr, cases, options, 200);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(gpu.tokens.at(static_cast<int>(i)), cases[i].completion_ids) << "case " << i;
+  }
+}
+
+// Sampling on the host from downloaded logits (temperature 1 with top-k 1 is greedy, but not by
+// Sampler::greedy(), so the logits path runs) gives the golden ids too.
+TEST_P(DecodeEngineGpuTest, HostSamplingFromDeviceLogits) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  auto loaded = LoadModel(::estuary::testing::GoldenModelDir(GetParam()));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const auto cases = ::estuary::testing::LoadGoldenCases(GetParam());
+  DecodeEngineOptions options;
+  options.cuda_device = 0;
+  SamplingParams top1;
+  top1.temperature = 1.0f;
+  top1.top_k = 1;
+  const EngineRun gpu = RunAll(*loaded->model, nullptr, cases, options, 200, top1);
   for (size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(gpu.tokens.at(static_cast<int>(i)), cases[i].completion_ids) << "case " << i;
   }
