@@ -468,14 +468,16 @@ absl::Status DeviceDecoder::Run(absl::Span<const DeviceStepRow> rows,
   cudaStream_t s = stream_.get();
   const int bucket = BucketFor(static_cast<int>(rows.size()));
 
-  // Stage the inputs; padding rows are idle at position -1 with nothing to attend.
+  // Stage the inputs; padding rows are idle at position -1 with nothing to attend. Only the
+  // page-table entries the rows use are written and uploaded: entries past a row's last page are
+  // never read (attention stops at its length, the KV write at its position's page).
   int32_t* host = b.host_inputs.get();
+  size_t table_width = 1;
   const int32_t start_path = forced_exit_ == 0 ? kRowRiver : kRowBackbone;
   const int32_t start_layers = forced_exit_ == 0 ? 0 : c.n_layers;
   int group_start = 0;
   for (int i = 0; i < bucket; ++i) {
     int32_t* table = host + b.page_table + static_cast<size_t>(i) * pages_per_seq_;
-    std::fill(table, table + pages_per_seq_, 0);
     if (i >= static_cast<int>(rows.size())) {
       host[b.tokens + i] = 0;
       host[b.positions + i] = -1;
@@ -495,15 +497,24 @@ absl::Status DeviceDecoder::Run(absl::Span<const DeviceStepRow> rows,
     host[b.row_path + i] = start_path;
     host[b.backbone_layers + i] = start_layers;
     std::memcpy(host + b.thresholds + i, &r.exit_threshold, sizeof(float));
-    // At most pages_per_seq_ pages: positions are below max_seq_len_ (CheckRows).
+    // The pages up to the row's position: at most pages_per_seq_, as positions are below
+    // max_seq_len_ (CheckRows), and at most the sequence's pages (reserved up to it).
     const std::vector<int32_t>& pages = r.kv->pages();
-    std::copy(pages.begin(),
-              pages.begin() + std::min<size_t>(pages.size(), static_cast<size_t>(pages_per_seq_)),
-              table);
+    const size_t used =
+        std::min<size_t>(pages.size(), static_cast<size_t>(r.position / options_.block_size + 1));
+    std::copy(pages.begin(), pages.begin() + static_cast<std::ptrdiff_t>(used), table);
+    table_width = std::max(table_width, used);
   }
-  ESTUARY_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(b.inputs.get(), host, b.total * sizeof(int32_t), cudaMemcpyHostToDevice, s),
-      "step input upload"));
+  ESTUARY_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(b.inputs.get(), host, b.page_table * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, s),
+                 "step input upload"));
+  const size_t pitch = static_cast<size_t>(pages_per_seq_) * sizeof(int32_t);
+  ESTUARY_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpy2DAsync(b.in(b.page_table), pitch, host + b.page_table, pitch,
+                                   table_width * sizeof(int32_t), static_cast<size_t>(bucket),
+                                   cudaMemcpyHostToDevice, s),
+                 "page table upload"));
   ESTUARY_RETURN_IF_ERROR(CudaStatus(
       cudaMemsetAsync(b.error_flags.get(), 0, 2 * sizeof(int32_t), s), "error flag reset"));
 
