@@ -1,10 +1,10 @@
 // The decode engine with its steps on a GPU (DecodeEngineOptions::cuda_device) against the golden
 // ids and the CPU engine. Skips without a CUDA device (label `gpu`).
-#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <map>
 
+#include "core/backend/backend.h"
 #include "core/model/model_loader.h"
 #include "core/model/river.h"
 #include "decode/decode_engine.h"
@@ -15,11 +15,6 @@ namespace estuary {
 namespace {
 
 using ::estuary::testing::GoldenCase;
-
-bool HaveDevice() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
 
 SamplingParams GreedySampling() {
   SamplingParams greedy;
@@ -62,7 +57,7 @@ class DecodeEngineGpuTest : public ::testing::TestWithParam<std::string> {};
 
 // f32 weights on the GPU: every golden prompt in one batch gives the golden ids.
 TEST_P(DecodeEngineGpuTest, ReproducesGoldenIdsInOneBatch) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   auto loaded = LoadModel(::estuary::testing::GoldenModelDir(GetParam()));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const auto cases = ::estuary::testing::LoadGoldenCases(GetParam());
@@ -78,7 +73,7 @@ TEST_P(DecodeEngineGpuTest, ReproducesGoldenIdsInOneBatch) {
 // Sampling on the host from downloaded logits (temperature 1 with top-k 1 is greedy, but not by
 // Sampler::greedy(), so the logits path runs) gives the golden ids too.
 TEST_P(DecodeEngineGpuTest, HostSamplingFromDeviceLogits) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   auto loaded = LoadModel(::estuary::testing::GoldenModelDir(GetParam()));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const auto cases = ::estuary::testing::LoadGoldenCases(GetParam());
@@ -101,7 +96,7 @@ INSTANTIATE_TEST_SUITE_P(Shipped, DecodeEngineGpuTest,
 // does, so a near-tie may flip and change a sequence from there on: at least 3/4 of all tokens
 // must lie in the common prefixes.
 TEST(DecodeEngineGpuRiverTest, ForcedExitMatchesCpuEngine) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   auto loaded = LoadModel(::estuary::testing::GoldenModelDir("stories12L"));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   auto river = River::Build(loaded->model->weights(), Int4QuantOptions());

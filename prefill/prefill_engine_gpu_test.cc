@@ -7,6 +7,7 @@
 #include <map>
 #include <vector>
 
+#include "core/backend/backend.h"
 #include "core/model/model_loader.h"
 #include "core/model/sharded_model.h"
 #include "gtest/gtest.h"
@@ -15,11 +16,6 @@
 
 namespace estuary {
 namespace {
-
-bool HaveDevice() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
 
 // What one engine produced for every golden prompt.
 struct PrefillRun {
@@ -51,7 +47,7 @@ PrefillRun Prefill(ShardedModel& model, int cuda_device,
 }
 
 TEST(PrefillEngineGpuTest, MatchesTheCpuEngine) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   auto loaded = LoadModel(::estuary::testing::GoldenModelDir("stories12L"));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   auto model = ShardedModel::Create(std::move(loaded->model), {});

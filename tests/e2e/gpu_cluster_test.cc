@@ -1,7 +1,6 @@
 // The cluster with its workers on GPUs (--device cuda --kv-transport nccl), through the router's
 // public API. Label `gpu`: skips without enough CUDA devices.
-#include <cuda_runtime_api.h>
-
+#include "core/backend/backend.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster.h"
 #include "tests/testing/golden_cases.h"
@@ -15,11 +14,6 @@ using ::estuary::testing::Generate;
 using ::estuary::testing::Generated;
 using ::estuary::testing::GoldenCase;
 
-int DeviceCount() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
-}
-
 void ExpectGoldenIds(Cluster& cluster, const std::string& model) {
   for (const GoldenCase& c : ::estuary::testing::LoadGoldenCases(model)) {
     const Generated got = Generate(cluster.stub(), cluster.Greedy(c.prompt_ids));
@@ -31,7 +25,7 @@ void ExpectGoldenIds(Cluster& cluster, const std::string& model) {
 // One GPU: a decode worker on the GPU serves whole requests (the router prefills locally on it),
 // with the golden ids.
 TEST(GpuClusterTest, DecodeWorkerOnAGpuServesLocally) {
-  if (DeviceCount() < 1) GTEST_SKIP() << "no CUDA device";
+  if (CudaDeviceCount() < 1) GTEST_SKIP() << "no CUDA device";
   ClusterSpec spec;
   spec.prefill = 0;
   spec.decode_flags = {"--device", "cuda:0", "--kv-transport", "nccl"};
@@ -42,7 +36,7 @@ TEST(GpuClusterTest, DecodeWorkerOnAGpuServesLocally) {
 // Two GPUs: prefill on one, decode on the other, KV pages over NCCL, with the golden ids. (NCCL
 // refuses two ranks on one GPU, so this needs two.)
 TEST(GpuClusterTest, PrefillAndDecodeOnTwoGpusOverNccl) {
-  if (DeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices, found " << DeviceCount();
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices, found " << CudaDeviceCount();
   ClusterSpec spec;
   spec.prefill_flags = {"--device", "cuda:0", "--kv-transport", "nccl"};
   spec.decode_flags = {"--device", "cuda:1", "--kv-transport", "nccl"};

@@ -2,7 +2,6 @@
 // skips with a message without one (label `gpu`).
 #include "core/model/cuda/device_decoder.h"
 
-#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include "core/backend/backend.h"
 #include "core/model/cuda/device_generate.h"
 #include "core/model/cuda/device_model.h"
 #include "core/model/generator.h"
@@ -22,11 +22,6 @@ namespace estuary::cuda {
 namespace {
 
 using ::estuary::testing::GoldenCase;
-
-bool HaveDevice() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
 
 std::unique_ptr<LlamaModel> Load(const std::string& name, std::optional<DType> dtype = {}) {
   LoadOptions options;
@@ -122,7 +117,7 @@ Agreement Compare(const std::vector<DeviceRowResult>& gpu, const GenerateResult&
 class DeviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   }
   // Loads `name` (converted to `dtype` when set), builds its exit river when asked, uploads both.
   void Prepare(const std::string& name, bool with_river = false,

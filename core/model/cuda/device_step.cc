@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/backend/backend.h"
 #include "core/common/status_macros.h"
 #include "core/kvcache/kv_layout.h"
 #include "core/model/cuda/device_decoder.h"
@@ -20,9 +21,8 @@ class CudaDeviceStep final : public DeviceStep {
   static absl::StatusOr<std::unique_ptr<CudaDeviceStep>> Create(const LlamaModel& model,
                                                                 const River* river,
                                                                 const DeviceStepOptions& options) {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || options.device < 0 ||
-        options.device >= count) {
+    const int count = CudaDeviceCount();
+    if (options.device < 0 || options.device >= count) {
       return absl::UnavailableError(
           absl::StrCat("CUDA device ", options.device, " not found (", count, " visible)"));
     }
