@@ -124,8 +124,13 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(const LlamaMode
 
   ESTUARY_ASSIGN_OR_RETURN(device->embedding_, UploadDense(w.embedding, w.embedding.dim(0),
                                                            w.embedding.dim(1), "embedding"));
-  ESTUARY_ASSIGN_OR_RETURN(device->lm_head_,
-                           UploadDense(w.lm_head, w.lm_head.dim(0), w.lm_head.dim(1), "lm_head"));
+  // A tied head shares the embedding's storage on the host (model_loader.cc keeps it so), and so
+  // it does on the device.
+  device->tied_ = w.lm_head.raw() == w.embedding.raw() && w.lm_head.dtype() == w.embedding.dtype();
+  if (!device->tied_) {
+    ESTUARY_ASSIGN_OR_RETURN(device->lm_head_,
+                             UploadDense(w.lm_head, w.lm_head.dim(0), w.lm_head.dim(1), "lm_head"));
+  }
   ESTUARY_ASSIGN_OR_RETURN(device->final_norm_, UploadF32(w.final_norm, "final_norm"));
   const absl::Span<const float> inv_freq = model.rope_inv_freq();
   ESTUARY_ASSIGN_OR_RETURN(device->rope_inv_freq_, DeviceArray<float>::Create(inv_freq.size()));

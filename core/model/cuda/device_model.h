@@ -67,13 +67,14 @@ class DeviceModel {
   }
   const DeviceLayerInt4& river(int layer) const { return river_[layer - river_first_layer_]; }
   const DeviceDense& embedding() const { return embedding_; }
-  const DeviceDense& lm_head() const { return lm_head_; }
+  // The embedding itself when the checkpoint ties them (same [vocab][dim] layout, read-only).
+  const DeviceDense& lm_head() const { return tied_ ? embedding_ : lm_head_; }
   const DeviceArray<float>& final_norm() const { return final_norm_; }
   const DeviceArray<float>& rope_inv_freq() const { return rope_inv_freq_; }
   // Bytes of weights on the device: backbone projections, river, embedding, LM head.
   int64_t backbone_layer_bytes(int layer) const;
   int64_t river_layer_bytes(int layer) const;
-  int64_t lm_head_bytes() const { return static_cast<int64_t>(lm_head_.memory.size()); }
+  int64_t lm_head_bytes() const { return static_cast<int64_t>(lm_head().memory.size()); }
 
  private:
   DeviceModel() = default;
@@ -86,7 +87,8 @@ class DeviceModel {
   int river_first_layer_ = 0;
   std::vector<DeviceLayerInt4> river_;
   DeviceDense embedding_;
-  DeviceDense lm_head_;  // a copy even when tied: the kernels need no aliasing rules
+  bool tied_ = false;    // the LM head is the embedding (one upload, one copy in memory)
+  DeviceDense lm_head_;  // empty when tied
   DeviceArray<float> final_norm_;
   DeviceArray<float> rope_inv_freq_;
 };
