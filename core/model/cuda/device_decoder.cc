@@ -120,6 +120,7 @@ struct DeviceDecoder::Buffers {
   PinnedArray<int32_t> host_inputs;
   DeviceArray<int32_t> inputs;
 
+  // similarity: ExitDecision's per-row cosines (one float per row).
   DeviceArray<float> x, layer_in, xb, q, k, v, att, proj, gate, up, similarity, logits;
   DeviceArray<int32_t> out_ids;
   DeviceArray<int32_t> error_flags;  // [0] embedding, [1] KV write
@@ -367,9 +368,11 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
   ESTUARY_RETURN_IF_ERROR(PagedAttentionDecode(attention, s));
   ESTUARY_RETURN_IF_ERROR(Project(paths, {{&D::wo, &Q::wo, b.proj.get()}}, b.att.get()));
   const DeviceLayerNorms& norms = model_.norms(l);
+  // The per-add cosine this kernel can write is not the exit's (that spans the whole layer,
+  // ExitDecision below): none is asked for.
   ESTUARY_RETURN_IF_ERROR(ResidualRmsNormSimilarity(b.x.get(), b.proj.get(), norms.ffn_norm.get(),
                                                     DType::kF32, rows, c.dim, c.rms_eps, b.xb.get(),
-                                                    b.similarity.get(), s));
+                                                    /*similarity=*/nullptr, s));
   // MLP block (padded width: the pad rows of gate/up are zero, so silu(0) * 0 = 0 feeds down).
   ESTUARY_RETURN_IF_ERROR(
       Project(paths, {{&D::w_gate, &Q::w_gate, b.gate.get()}, {&D::w_up, &Q::w_up, b.up.get()}},
@@ -381,7 +384,7 @@ absl::Status DeviceDecoder::EnqueueLayer(int l, int bucket) {
   const float* next_norm = last ? model_.final_norm().get() : model_.norms(l + 1).attn_norm.get();
   ESTUARY_RETURN_IF_ERROR(ResidualRmsNormSimilarity(b.x.get(), b.proj.get(), next_norm, DType::kF32,
                                                     rows, c.dim, c.rms_eps, b.xb.get(),
-                                                    b.similarity.get(), s));
+                                                    /*similarity=*/nullptr, s));
   // This layer's KV is written (RopeWriteKvRows above): consumers may read it from here on.
   ESTUARY_RETURN_IF_ERROR(
       CudaStatus(cudaEventRecord(layer_done_[static_cast<size_t>(l)].get(), s), "layer event"));
