@@ -271,12 +271,6 @@ TEST(DecodeEngineTest, PromptLargerThanThePoolFailsAlone) {
   EXPECT_EQ(collector.tokens["small"].size(), 5u);
 }
 
-}  // namespace
-}  // namespace estuary
-
-namespace estuary {
-namespace {
-
 // The decode side of a KV push, with the push done by hand: a separate pool plays the prefill
 // worker, its pages are copied into the reserved ones layer by layer (what a transport's puts
 // do), then the completion hands over the first token. The engine continues with the golden ids.
@@ -355,12 +349,6 @@ TEST(DecodeEngineReservationTest, LeaseExpiryAndAbortReturnThePages) {
   EXPECT_EQ((*engine)->CompleteReservation("lapsing", 5, std::vector<uint8_t>(40)).code(),
             absl::StatusCode::kNotFound);
 }
-
-}  // namespace
-}  // namespace estuary
-
-namespace estuary {
-namespace {
 
 // Asking for a GPU engine fails cleanly where there is none: UNIMPLEMENTED in a build without
 // CUDA (naming the build flag), UNAVAILABLE in a CUDA build on a machine without that device.

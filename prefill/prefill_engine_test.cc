@@ -556,12 +556,6 @@ TEST(BenchPrefillTest, MeasuresPrefillAndTheGemmsOnATinyModel) {
   EXPECT_EQ(MeasurePrefill(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-}  // namespace
-}  // namespace estuary
-
-namespace estuary {
-namespace {
-
 // Asking for a GPU engine fails cleanly where there is none: UNIMPLEMENTED in a build without
 // CUDA, UNAVAILABLE in a CUDA build on a machine without that device.
 TEST(PrefillEngineDeviceTest, GpuEngineWithoutGpuFailsCleanly) {
