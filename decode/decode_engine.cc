@@ -466,7 +466,7 @@ absl::Status DecodeEngine::DecodeStep() {
 }
 
 bool DecodeEngine::TokenOnDevice(const Sequence& s) const {
-  return device_step_ != nullptr && s.sampler.greedy();
+  return TokenFromDeviceArgmax(device_step_.get(), s.sampler);
 }
 
 void DecodeEngine::TakeToken(Sequence& s, const BatchEntry& entry, const EntryOutcome& outcome,

@@ -201,7 +201,7 @@ absl::Status PrefillEngine::RunBatch(bool* ran) {
     // The last chunk samples the first token: on the host from its logits, or, greedy on a GPU
     // engine, the device's argmax (no logits downloaded).
     last_chunk[i] = chunk_end[i] == s.prompt_len();
-    e.want_logits = last_chunk[i] && !(device_step_ != nullptr && s.sampler.greedy());
+    e.want_logits = last_chunk[i] && !TokenFromDeviceArgmax(device_step_.get(), s.sampler);
     with_logits += e.want_logits;
   }
   // Each rank's KV views, and its LayerReady events (one per chunk, `layer` set per call): each

@@ -26,6 +26,7 @@
 #include "core/model/llama_model.h"
 #include "core/model/river.h"
 #include "core/model/sharded_model.h"
+#include "core/sampling/sampler.h"
 
 namespace estuary {
 
@@ -59,6 +60,12 @@ struct DeviceStepOptions {
 absl::StatusOr<std::unique_ptr<DeviceStep>> CreateCudaDeviceStep(const LlamaModel& model,
                                                                  const River* river,
                                                                  const DeviceStepOptions& options);
+
+// Whether an engine takes a sequence's next token from the device's argmax (EntryOutcome::argmax)
+// instead of sampling downloaded logits: a GPU step and greedy sampling. Both engines decide so.
+inline bool TokenFromDeviceArgmax(const DeviceStep* step, const Sampler& sampler) {
+  return step != nullptr && sampler.greedy();
+}
 
 // What both engines do with their cuda_device settings. INVALID_ARGUMENT for a device below -1
 // (-1 is the CPU) or rows per step outside [1, 1024].
