@@ -34,12 +34,12 @@
 #include "absl/strings/str_cat.h"
 #include "cli/default_model.h"
 #include "cli/exit_commands.h"
-#include "cli/flag_spelling.h"
+#include "process/flag_spelling.h"
 #include "cli/bench_serve.h"
 #include "cli/client_command.h"
 #include "cli/generate_command.h"
 #include "cli/up_command.h"
-#include "rpc/worker_process.h"
+#include "process/signals.h"
 #include "kvtransfer/bench_kv.h"
 #include "prefill/bench_prefill.h"
 #include "core/backend/backend.h"
@@ -100,6 +100,8 @@ ABSL_FLAG(int, local_prefill_max_tokens, 0,
           "up: prompts up to this many tokens prefill on the decode worker (0: none)");
 ABSL_FLAG(std::string, ready_file, "", "up: written with the router's host:port once ready");
 ABSL_FLAG(std::string, log_dir, "", "up: folder for the processes' logs (default: a temp folder)");
+ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(30),
+          "up: on SIGTERM the router's requests in flight, then the workers', get this long");
 ABSL_FLAG(std::string, server, "", "client: the router's host:port");
 ABSL_FLAG(bool, stream, true, "client: print the text as it arrives");
 ABSL_FLAG(double, rate, 4.0, "bench-serve: requests per second (Poisson); 0 = all at once");
@@ -259,6 +261,7 @@ absl::Status Up() {
   options.river = absl::GetFlag(FLAGS_river);
   options.ready_file = absl::GetFlag(FLAGS_ready_file);
   options.log_dir = absl::GetFlag(FLAGS_log_dir);
+  options.shutdown_timeout = absl::GetFlag(FLAGS_shutdown_timeout);
   ESTUARY_ASSIGN_OR_RETURN(options.device, ParseDevice(absl::GetFlag(FLAGS_device)));
   return RunUp(options);
 }
@@ -357,9 +360,9 @@ int Main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   // `up` takes SIGINT / SIGTERM synchronously; they must be blocked before any thread starts.
-  if (command == "up") rpc::BlockTerminationSignals();
+  if (command == "up") process::BlockTerminationSignals();
   // The subcommand takes argv[0]'s place so that absl parses only its flags.
-  ParseFlags(argc - 1, argv + 1);
+  process::ParseFlags(argc - 1, argv + 1);
   absl::Status status;
   if (command == "generate") {
     status = Generate();

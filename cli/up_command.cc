@@ -11,13 +11,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "absl/time/clock.h"
 #include "core/common/child_process.h"
 #include "core/common/logging.h"
 #include "core/common/status_macros.h"
 #include "estuary/v1/inference.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "rpc/grpc_server.h"
+#include "process/ready_file.h"
+#include "process/signals.h"
 
 namespace estuary::cli {
 namespace {
@@ -71,21 +73,36 @@ absl::Status WaitForRegistrations(const std::string& router, bool prefill,
   return absl::DeadlineExceededError("the workers did not register with the router in time");
 }
 
-void StopAll(std::vector<Member>& members) {
+// SIGTERM to `members`, then waits for each: its drain (--shutdown-timeout) and a few seconds
+// more, then SIGKILL.
+void Stop(absl::Span<Member> members, absl::Duration shutdown_timeout) {
   for (Member& m : members) m.process->Signal(SIGTERM);
+  const absl::Duration patience = shutdown_timeout + absl::Seconds(5);
   for (Member& m : members) {
-    if (!m.process->Wait(absl::Seconds(5)).ok()) {
-      ESTUARY_LOG(WARNING) << m.name << " did not stop in 5 s; killing it";
+    if (!m.process->Wait(patience).ok()) {
+      ESTUARY_LOG(WARNING) << m.name << " did not stop in " << absl::FormatDuration(patience)
+                           << "; killing it";
       m.process->Signal(SIGKILL);
       (void)m.process->Wait(absl::Seconds(5));
     }
   }
 }
 
+// The router first (members[0]): its intake stops and its streams finish; then the workers
+// drain what is left and exit.
+void StopAll(std::vector<Member>& members, absl::Duration shutdown_timeout) {
+  if (members.empty()) return;
+  Stop(absl::MakeSpan(members).subspan(0, 1), shutdown_timeout);
+  Stop(absl::MakeSpan(members).subspan(1), shutdown_timeout);
+}
+
 }  // namespace
 
 absl::Status ValidateUpOptions(const UpOptions& options) {
   if (options.model.empty()) return absl::InvalidArgumentError("up needs a model");
+  if (options.shutdown_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--shutdown-timeout must be >= 0");
+  }
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--port = ", options.port, " outside [0, 65535]"));
   }
@@ -115,7 +132,7 @@ absl::Status RunUp(const UpOptions& options) {
 
   std::vector<Member> members;
   auto fail = [&](const absl::Status& status) {
-    StopAll(members);
+    StopAll(members, options.shutdown_timeout);
     return absl::Status(status.code(), absl::StrCat(status.message(), " (logs in ",
                                                     log_dir.string(), ")"));
   };
@@ -123,14 +140,16 @@ absl::Status RunUp(const UpOptions& options) {
       "router", router_binary,
       {"--model", options.model, "--host", options.host, "--port", std::to_string(options.port),
        "--policy", options.policy, "--local-prefill-max-tokens",
-       std::to_string(options.local_prefill_max_tokens)},
+       std::to_string(options.local_prefill_max_tokens), "--shutdown-timeout",
+       absl::FormatDuration(options.shutdown_timeout)},
       log_dir);
   if (!router.ok()) return fail(router.status());
   const std::string router_address = router->address;
   members.push_back(std::move(*router));
   const std::vector<std::string> common = {
       "--model", options.model, "--host", options.host, "--router", router_address,
-      "--ucx-tls", options.ucx_tls, "--kv-cache-bytes", std::to_string(options.kv_cache_bytes)};
+      "--ucx-tls", options.ucx_tls, "--kv-cache-bytes", std::to_string(options.kv_cache_bytes),
+      "--shutdown-timeout", absl::FormatDuration(options.shutdown_timeout)};
   for (int i = 0; i < options.decode + options.prefill; ++i) {
     const bool decode = i < options.decode;
     std::vector<std::string> flags = common;
@@ -153,7 +172,7 @@ absl::Status RunUp(const UpOptions& options) {
     return fail(registered);
   }
   if (!options.ready_file.empty()) {
-    if (absl::Status written = rpc::WriteReadyFile(options.ready_file, router_address);
+    if (absl::Status written = process::WriteReadyFile(options.ready_file, router_address);
         !written.ok()) {
       return fail(written);
     }
@@ -177,12 +196,12 @@ absl::Status RunUp(const UpOptions& options) {
       if (member_died.load()) ::kill(::getpid(), SIGTERM);
     }
   });
-  rpc::WaitForTerminationSignal();
+  process::WaitForTerminationSignal();
   const bool died = member_died.exchange(true);
   watcher.join();
   std::printf("estuary up: stopping\n");
   std::fflush(stdout);
-  StopAll(members);
+  StopAll(members, options.shutdown_timeout);
   if (died) return absl::UnavailableError(absl::StrCat("a process of the cluster died (logs in ",
                                                        log_dir.string(), ")"));
   return absl::OkStatus();

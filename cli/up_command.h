@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "core/backend/device.h"
 
 namespace estuary::cli {
@@ -26,6 +27,9 @@ struct UpOptions {
   bool river = false;             // decode workers run the exit river
   std::string ready_file;         // written with the router's host:port once all is ready
   std::string log_dir;            // default: a fresh folder under the temp dir
+  // Every member's --shutdown-timeout: on a stop, the router's requests in flight, then the
+  // workers', get this long to finish.
+  absl::Duration shutdown_timeout = absl::Seconds(30);
   // cpu, or cuda:N: worker i (decode workers first, then prefill) runs on GPU N + i with
   // --kv-transport nccl. One GPU: --prefill 0 (the decode worker prefills locally).
   Device device;
@@ -33,7 +37,7 @@ struct UpOptions {
 
 absl::Status ValidateUpOptions(const UpOptions& options);
 // Runs until a termination signal (the caller must have blocked SIGINT and SIGTERM first, see
-// rpc::BlockTerminationSignals) or until a process of the cluster dies.
+// process::BlockTerminationSignals) or until a process of the cluster dies.
 absl::Status RunUp(const UpOptions& options);
 
 }  // namespace estuary::cli

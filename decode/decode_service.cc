@@ -10,8 +10,8 @@
 #include "core/common/status_macros.h"
 #include "kvtransfer/fingerprint.h"
 #include "rpc/status_convert.h"
-#include "rpc/worker_process.h"
 #include "rpc/worker_request.h"
+#include "worker/worker_process.h"
 
 namespace estuary {
 namespace {
@@ -82,7 +82,7 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(
                            [self](const TokenEvent& event) { self->streams_.Push(event); }));
   service->loop_ = std::make_unique<StepLoop>(
       [self] { return !self->engine_->Idle() || self->engine_->reserved() > 0; },
-      [self] { self->StepOnce(); });
+      [self] { return self->StepOnce(); });
   ESTUARY_ASSIGN_OR_RETURN(service->receiver_,
                            kvtransfer::KvReceiver::Create(transport, service->engine_->mutable_pool(),
                                                           service->fingerprint_));
@@ -102,10 +102,13 @@ DecodeService::~DecodeService() {
   engine_.reset();
 }
 
-void DecodeService::StepOnce() {
+absl::Status DecodeService::StepOnce() {
+  absl::Status stepped;
   if (!engine_->Idle() || engine_->reserved() > 0) {
-    if (absl::Status status = engine_->Step(); !status.ok()) {
-      ESTUARY_LOG(WARNING) << "decode step failed (its requests ended): " << status;
+    if (options_.debug_step_delay > absl::ZeroDuration()) absl::SleepFor(options_.debug_step_delay);
+    stepped = engine_->Step();
+    if (!stepped.ok()) {
+      ESTUARY_LOG(WARNING) << "decode step failed (its requests ended): " << stepped;
     }
   }
   estuary::v1::WorkerLoad load;
@@ -124,6 +127,7 @@ void DecodeService::StepOnce() {
   }
   absl::MutexLock lock(&load_mu_);
   load_ = load;
+  return stepped;
 }
 
 void DecodeService::OnCompletion(const estuary::v1::KvCompletion& completion) {
@@ -153,6 +157,7 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* context,
   absl::Duration lease =
       request->lease_ms() > 0 ? absl::Milliseconds(request->lease_ms()) : options_.default_lease;
   lease = std::min(lease, options_.max_lease);
+  if (control_.draining) return worker::DrainingStatus();
   DecodeRequest decode = FromProto(request->request());
   const std::string id = decode.request_id;
   if (absl::Status opened = streams_.Open(id); !opened.ok()) return ToGrpcStatus(opened);
@@ -174,6 +179,7 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* context,
   const std::string id =
       request->has_local_prefill() ? request->local_prefill().request_id() : request->request_id();
   if (request->has_local_prefill()) {
+    if (control_.draining) return worker::DrainingStatus();
     if (absl::Status opened = streams_.Open(id); !opened.ok()) return ToGrpcStatus(opened);
     if (absl::Status submitted = engine_->Submit(FromProto(request->local_prefill()));
         !submitted.ok()) {
@@ -186,10 +192,11 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* context,
                         absl::StrCat("no reserved or running request '", id, "'"));
   }
   while (true) {
-    if (context->IsCancelled()) {
+    if (context->IsCancelled() || control_.ending) {
       engine_->Abort(id);
       loop_->Notify();
       streams_.Close(id);
+      if (control_.ending) return worker::ShutDownBeforeFinishStatus();
       return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the stream");
     }
     absl::StatusOr<std::vector<TokenEvent>> events = streams_.Next(id, absl::Now() + kStreamPoll);
@@ -239,10 +246,22 @@ grpc::Status DecodeService::GetLoad(grpc::ServerContext* context,
     *response = load_;  // the engine-thread figures of the latest step
   }
   // The pool and reservation figures are thread-safe: current, not as of the latest step.
-  rpc::SetPoolLoad(engine_->pool(), response);
+  worker::SetPoolLoad(engine_->pool(), response);
   response->set_reserved_requests(engine_->reserved());
+  response->set_not_ready(!control_.ready);
   DecodeMetrics::Get().SetPool(engine_->pool(), response->reserved_requests());
   return grpc::Status::OK;
+}
+
+grpc::Status DecodeService::GetInfo(grpc::ServerContext* context,
+                                    const estuary::v1::GetInfoRequest* request,
+                                    estuary::v1::WorkerInfo* response) {
+  *response = control_.info();
+  return grpc::Status::OK;
+}
+
+bool DecodeService::Drained() const {
+  return streams_.open_streams() == 0 && engine_->reserved() == 0;
 }
 
 }  // namespace estuary

@@ -9,6 +9,11 @@
 // ends a request wherever it is; GetLoad reports the figures heartbeats carry. A client that
 // cancels its Decode stream aborts the request and frees its pages.
 //
+// Readiness and the drain (worker/worker_control.h): the process plumbing (ServeWorker) writes
+// control(); GetLoad reports it as not_ready; while draining, new work (Reserve, a local-prefill
+// Decode) is refused with UNAVAILABLE so that routers place it elsewhere; once ending, the Decode
+// streams still open end with UNAVAILABLE. Drained() says when nothing is left in flight.
+//
 // Thread-safety: every RPC may run concurrently on gRPC's threads.
 
 #include <memory>
@@ -23,6 +28,7 @@
 #include "estuary/v1/worker.grpc.pb.h"
 #include "kvtransfer/kv_receiver.h"
 #include "kvtransfer/transport.h"
+#include "worker/worker_control.h"
 
 namespace estuary {
 
@@ -31,6 +37,9 @@ struct DecodeServiceOptions {
   std::string model_id;                            // goes into the KV format fingerprint
   absl::Duration default_lease = absl::Seconds(30);  // Reserve's lease when the request sets none
   absl::Duration max_lease = absl::Minutes(10);
+  // Fault injection (--debug-step-delay, for health and drain tests): every engine step that has
+  // work sleeps this long first, on the engine thread, as a slow or stalled engine would.
+  absl::Duration debug_step_delay = absl::ZeroDuration();
 };
 
 class DecodeService final : public estuary::v1::DecodeWorker::Service {
@@ -49,6 +58,14 @@ class DecodeService final : public estuary::v1::DecodeWorker::Service {
                      estuary::v1::WorkerAbortResponse* response) override;
   grpc::Status GetLoad(grpc::ServerContext* context, const estuary::v1::GetLoadRequest* request,
                        estuary::v1::WorkerLoad* response) override;
+  grpc::Status GetInfo(grpc::ServerContext* context, const estuary::v1::GetInfoRequest* request,
+                       estuary::v1::WorkerInfo* response) override;
+
+  worker::WorkerControl& control() { return control_; }
+  // The engine loop's progress (health).
+  StepLoopProgress Progress() const { return loop_->Progress(); }
+  // No stream open and no reservation waiting for its KV (the drain is over).
+  bool Drained() const;
 
   const estuary::v1::KvFormatFingerprint& fingerprint() const { return fingerprint_; }
   DecodeEngine& engine() { return *engine_; }
@@ -57,10 +74,11 @@ class DecodeService final : public estuary::v1::DecodeWorker::Service {
   DecodeService(const DecodeServiceOptions& options, estuary::v1::KvFormatFingerprint fingerprint);
   void OnCompletion(const estuary::v1::KvCompletion& completion);
   // One engine step and a fresh load snapshot; runs on the loop's thread.
-  void StepOnce();
+  absl::Status StepOnce();
 
   const DecodeServiceOptions options_;
   const estuary::v1::KvFormatFingerprint fingerprint_;
+  worker::WorkerControl control_;
   TokenStreams streams_;
   // Destroyed in reverse: the receiver stops delivering completions, then the loop stops, then
   // the engine (and its pool, which the receiver had registered) goes.

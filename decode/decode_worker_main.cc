@@ -9,21 +9,26 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "core/common/status_macros.h"
 #include "decode/decode_service.h"
-#include "rpc/worker_flags.h"
+#include "process/process_main.h"
+#include "worker/worker_flags.h"
 
 ABSL_FLAG(bool, river, false, "decode with the exit river (int4 copy of the layers)");
 ABSL_FLAG(double, exit_threshold, 0.9, "default τ of the exit river");
 ABSL_FLAG(int, river_group_size, 64, "int4 group size of the exit river");
 ABSL_FLAG(int64_t, lease_ms, 30000, "how long reserved pages wait for their KV");
+ABSL_FLAG(absl::Duration, debug_step_delay, absl::ZeroDuration(),
+          "fault injection for tests: each engine step with work first sleeps this long (a slow "
+          "or stalled engine; see --engine-stall-timeout)");
 
 namespace estuary {
 namespace {
 
 absl::Status Run() {
-  rpc::WorkerProcessOptions process = rpc::WorkerProcessOptionsFromFlags();
-  ESTUARY_RETURN_IF_ERROR(rpc::ValidateWorkerProcessOptions(process));
+  worker::WorkerProcessOptions process = worker::WorkerProcessOptionsFromFlags();
+  ESTUARY_RETURN_IF_ERROR(worker::ValidateWorkerProcessOptions(process));
   DecodeServiceOptions options;
   options.model_id = process.model_id;
   options.engine.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
@@ -33,34 +38,42 @@ absl::Status Run() {
   options.engine.exit.default_threshold = static_cast<float>(absl::GetFlag(FLAGS_exit_threshold));
   if (absl::GetFlag(FLAGS_lease_ms) <= 0) return absl::InvalidArgumentError("--lease-ms must be > 0");
   options.default_lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  options.debug_step_delay = absl::GetFlag(FLAGS_debug_step_delay);
+  if (options.debug_step_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--debug-step-delay must be >= 0");
+  }
   Int4QuantOptions quant;
   quant.group_size = absl::GetFlag(FLAGS_river_group_size);
   ESTUARY_RETURN_IF_ERROR(quant.Validate());
 
-  ESTUARY_ASSIGN_OR_RETURN(const Device device, rpc::WorkerDevice(process));
+  ESTUARY_ASSIGN_OR_RETURN(const Device device, worker::WorkerDevice(process));
   options.engine.cuda_device = device.is_cpu() ? -1 : device.ordinal;
-  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> model, rpc::LoadShardedModel(process));
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> model, worker::LoadShardedModel(process));
   ESTUARY_RETURN_IF_ERROR(options.engine.Validate(model->config()));
   if (absl::GetFlag(FLAGS_river)) ESTUARY_RETURN_IF_ERROR(model->BuildRiver(quant));
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::Transport> transport,
-                           rpc::CreateTransport(process));
+                           worker::CreateTransport(process));
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DecodeService> service,
                            DecodeService::Create(*model, *transport, options));
   DecodeService* decode = service.get();
-  return rpc::ServeUntilSignal(
+  worker::WorkerHooks hooks;
+  hooks.load = [decode] {
+    estuary::v1::WorkerLoad load;
+    (void)decode->GetLoad(nullptr, nullptr, &load);
+    return load;
+  };
+  hooks.progress = [decode] { return decode->Progress(); };
+  hooks.drained = [decode] { return decode->Drained(); };
+  return worker::ServeWorker(
       process,
-      rpc::MakeWorkerInfo(estuary::v1::WORKER_ROLE_DECODE, "", process, model->config(),
-                          options.engine.block_size, decode->fingerprint()),
-      {decode}, [decode] {
-        estuary::v1::WorkerLoad load;
-        (void)decode->GetLoad(nullptr, nullptr, &load);
-        return load;
-      });
+      worker::MakeWorkerInfo(estuary::v1::WORKER_ROLE_DECODE, "", process, model->config(),
+                             options.engine.block_size, decode->fingerprint()),
+      decode->control(), {decode}, hooks);
 }
 
 }  // namespace
 }  // namespace estuary
 
 int main(int argc, char** argv) {
-  return estuary::rpc::WorkerMain(argc, argv, "estuary-decode", estuary::Run);
+  return estuary::process::ProcessMain(argc, argv, "estuary-decode", estuary::Run);
 }

@@ -10,8 +10,8 @@
 #include "core/common/status_macros.h"
 #include "kvtransfer/fingerprint.h"
 #include "rpc/status_convert.h"
-#include "rpc/worker_process.h"
 #include "rpc/worker_request.h"
+#include "worker/worker_process.h"
 
 namespace estuary {
 namespace {
@@ -61,7 +61,7 @@ absl::StatusOr<std::unique_ptr<PrefillService>> PrefillService::Create(
   sink.on_done = [self](PrefillDone& done) { self->OnDone(done); };
   ESTUARY_ASSIGN_OR_RETURN(service->engine_, PrefillEngine::Create(model, options.engine, sink));
   service->loop_ = std::make_unique<StepLoop>([self] { return !self->engine_->Idle(); },
-                                              [self] { self->StepOnce(); });
+                                              [self] { return self->StepOnce(); });
   return service;
 }
 
@@ -75,16 +75,19 @@ PrefillService::PrefillService(kvtransfer::Transport& transport,
 
 PrefillService::~PrefillService() { loop_.reset(); }
 
-void PrefillService::StepOnce() {
+absl::Status PrefillService::StepOnce() {
+  absl::Status stepped;
   if (!engine_->Idle()) {
-    if (absl::Status status = engine_->Step(); !status.ok()) {
-      ESTUARY_LOG(WARNING) << "prefill step failed (its requests ended): " << status;
+    stepped = engine_->Step();
+    if (!stepped.ok()) {
+      ESTUARY_LOG(WARNING) << "prefill step failed (its requests ended): " << stepped;
     }
   }
   estuary::v1::WorkerLoad load;
   load.set_running_sequences(engine_->running() + engine_->waiting());
   absl::MutexLock lock(&load_mu_);
   load_ = load;
+  return stepped;
 }
 
 std::shared_ptr<PrefillService::Pending> PrefillService::Find(const std::string& request_id) {
@@ -118,6 +121,7 @@ void PrefillService::OnDone(PrefillDone& done) {
 grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
                                      const estuary::v1::PrefillRequest* request,
                                      estuary::v1::PrefillResponse* response) {
+  if (control_.draining) return worker::DrainingStatus();
   const absl::Time start = absl::Now();
   const estuary::v1::WorkerRequest& in = request->request();
   const absl::Time deadline = std::min(rpc::DeadlineFromUnixMs(in.deadline_unix_ms()),
@@ -161,7 +165,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   absl::ReleasableMutexLock lock(&pending->mu);
   while (!pending->HasDone()) {
     pending->mu.AwaitWithTimeout(absl::Condition(pending.get(), &Pending::HasDone), kClientPoll);
-    if (!pending->HasDone() && !aborted && context->IsCancelled()) {
+    if (!pending->HasDone() && !aborted && (context->IsCancelled() || control_.ending)) {
       aborted = true;
       engine_->Abort(in.request_id());
       loop_->Notify();
@@ -192,6 +196,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   lock.Release();
   forget();
   loop_->Notify();
+  if (aborted && control_.ending) return worker::ShutDownBeforeFinishStatus();
   return rpc::ToGrpcStatus(status);
 }
 
@@ -210,8 +215,21 @@ grpc::Status PrefillService::GetLoad(grpc::ServerContext* context,
     absl::MutexLock lock(&load_mu_);
     *response = load_;  // the engine-thread figures of the latest step
   }
-  rpc::SetPoolLoad(engine_->pool(), response);  // thread-safe, current
+  worker::SetPoolLoad(engine_->pool(), response);  // thread-safe, current
+  response->set_not_ready(!control_.ready);
   return grpc::Status::OK;
+}
+
+grpc::Status PrefillService::GetInfo(grpc::ServerContext* context,
+                                     const estuary::v1::GetInfoRequest* request,
+                                     estuary::v1::WorkerInfo* response) {
+  *response = control_.info();
+  return grpc::Status::OK;
+}
+
+bool PrefillService::Drained() {
+  absl::MutexLock lock(&mu_);
+  return pending_.empty();
 }
 
 }  // namespace estuary

@@ -8,6 +8,11 @@
 // sends an abort completion instead, so the decode worker frees the reservation at once rather
 // than at lease expiry; a client that cancels the call aborts the prompt the same way.
 //
+// Readiness and the drain (worker/worker_control.h): the process plumbing (ServeWorker) writes
+// control(); GetLoad reports it as not_ready; while draining, new Prefill calls are refused with
+// UNAVAILABLE (routers place them elsewhere); once ending, prompts still running are aborted and
+// their calls end with UNAVAILABLE. Drained() says when no call is left.
+//
 // Thread-safety: every RPC may run concurrently on gRPC's threads.
 
 #include <memory>
@@ -23,6 +28,7 @@
 #include "kvtransfer/kv_pusher.h"
 #include "kvtransfer/transport.h"
 #include "prefill/prefill_engine.h"
+#include "worker/worker_control.h"
 
 namespace estuary {
 
@@ -46,6 +52,14 @@ class PrefillService final : public estuary::v1::PrefillWorker::Service {
                      estuary::v1::WorkerAbortResponse* response) override;
   grpc::Status GetLoad(grpc::ServerContext* context, const estuary::v1::GetLoadRequest* request,
                        estuary::v1::WorkerLoad* response) override;
+  grpc::Status GetInfo(grpc::ServerContext* context, const estuary::v1::GetInfoRequest* request,
+                       estuary::v1::WorkerInfo* response) override;
+
+  worker::WorkerControl& control() { return control_; }
+  // The engine loop's progress (health).
+  StepLoopProgress Progress() const { return loop_->Progress(); }
+  // No Prefill call in flight (the drain is over).
+  bool Drained();
 
   const estuary::v1::KvFormatFingerprint& fingerprint() const { return fingerprint_; }
   PrefillEngine& engine() { return *engine_; }
@@ -58,12 +72,13 @@ class PrefillService final : public estuary::v1::PrefillWorker::Service {
   void OnLayerReady(const LayerReady& event);
   void OnDone(PrefillDone& done);
   std::shared_ptr<Pending> Find(const std::string& request_id);
-  void StepOnce();
+  absl::Status StepOnce();
 
   kvtransfer::Transport& transport_;
   const PrefillServiceOptions options_;
   const estuary::v1::KvFormatFingerprint fingerprint_;
   kvtransfer::EndpointCache endpoints_;
+  worker::WorkerControl control_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);

@@ -8,44 +8,49 @@
 #include "absl/flags/flag.h"
 #include "core/common/status_macros.h"
 #include "prefill/prefill_service.h"
-#include "rpc/worker_flags.h"
+#include "process/process_main.h"
+#include "worker/worker_flags.h"
 
 namespace estuary {
 namespace {
 
 absl::Status Run() {
-  rpc::WorkerProcessOptions process = rpc::WorkerProcessOptionsFromFlags();
-  ESTUARY_RETURN_IF_ERROR(rpc::ValidateWorkerProcessOptions(process));
+  worker::WorkerProcessOptions process = worker::WorkerProcessOptionsFromFlags();
+  ESTUARY_RETURN_IF_ERROR(worker::ValidateWorkerProcessOptions(process));
   PrefillServiceOptions options;
   options.model_id = process.model_id;
   options.engine.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
   options.engine.block_size = absl::GetFlag(FLAGS_block_size);
   options.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   options.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
-  ESTUARY_ASSIGN_OR_RETURN(const Device device, rpc::WorkerDevice(process));
+  ESTUARY_ASSIGN_OR_RETURN(const Device device, worker::WorkerDevice(process));
   options.engine.cuda_device = device.is_cpu() ? -1 : device.ordinal;
 
-  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> model, rpc::LoadShardedModel(process));
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> model, worker::LoadShardedModel(process));
   ESTUARY_RETURN_IF_ERROR(options.engine.Validate(model->config()));
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::Transport> transport,
-                           rpc::CreateTransport(process));
+                           worker::CreateTransport(process));
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<PrefillService> service,
                            PrefillService::Create(*model, *transport, options));
   PrefillService* prefill = service.get();
-  return rpc::ServeUntilSignal(
+  worker::WorkerHooks hooks;
+  hooks.load = [prefill] {
+    estuary::v1::WorkerLoad load;
+    (void)prefill->GetLoad(nullptr, nullptr, &load);
+    return load;
+  };
+  hooks.progress = [prefill] { return prefill->Progress(); };
+  hooks.drained = [prefill] { return prefill->Drained(); };
+  return worker::ServeWorker(
       process,
-      rpc::MakeWorkerInfo(estuary::v1::WORKER_ROLE_PREFILL, "", process, model->config(),
-                          options.engine.block_size, prefill->fingerprint()),
-      {prefill}, [prefill] {
-        estuary::v1::WorkerLoad load;
-        (void)prefill->GetLoad(nullptr, nullptr, &load);
-        return load;
-      });
+      worker::MakeWorkerInfo(estuary::v1::WORKER_ROLE_PREFILL, "", process, model->config(),
+                             options.engine.block_size, prefill->fingerprint()),
+      prefill->control(), {prefill}, hooks);
 }
 
 }  // namespace
 }  // namespace estuary
 
 int main(int argc, char** argv) {
-  return estuary::rpc::WorkerMain(argc, argv, "estuary-prefill", estuary::Run);
+  return estuary::process::ProcessMain(argc, argv, "estuary-prefill", estuary::Run);
 }

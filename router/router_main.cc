@@ -1,16 +1,31 @@
 // estuary-router: the client-facing process (design §1). Flags are parsed into RouterOptions and
-// validated before anything loads; then the model folder's tokenizer and config are loaded and
-// estuary.v1.Inference + estuary.v1.WorkerRegistry (+ gRPC health and reflection) are served
-// until SIGINT / SIGTERM.
+// validated before anything loads; then the model folder's metadata (config, tokenizer; no
+// weights) is read and estuary.v1.Inference + estuary.v1.WorkerRegistry (+ gRPC health and
+// reflection) are served until SIGINT / SIGTERM.
+//
+// Health: readiness ("" and the services in grpc.health.v1, HTTP /health) is on while at least
+// one ready decode worker is known and the router is not draining; liveness (the "liveness"
+// health service, HTTP /live) is on while the process serves, whatever the workers do.
+// SIGTERM: not ready and refusing new requests (UNAVAILABLE) at once; requests in flight get
+// --shutdown-timeout to finish, then end with UNAVAILABLE; a second signal exits at once.
 //
 //   estuary-router --model PATH [--host H] [--port P] [--policy least_loaded]
 //                  [--local-prefill-max-tokens N] [--max-queued-requests N]
 //                  [--worker-timeout 3s] [--ready-file F] [--metrics-port P]
+//                  [--discover-workers NAME:PORT,...] [--shutdown-timeout 30s]
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/common/logging.h"
 #include "core/common/status_macros.h"
@@ -18,7 +33,9 @@
 #include "router/router_service.h"
 #include "rpc/grpc_server.h"
 #include "rpc/metrics_http.h"
-#include "rpc/worker_process.h"
+#include "process/process_main.h"
+#include "process/ready_file.h"
+#include "process/signals.h"
 
 ABSL_FLAG(std::string, model, "", "model folder (llama2.c or Hugging Face): tokenizer and config");
 ABSL_FLAG(std::string, model_id, "",
@@ -35,11 +52,20 @@ ABSL_FLAG(int, max_queued_requests, 1024,
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(3),
           "a worker silent for this long is dropped (heartbeats come every 500ms)");
 ABSL_FLAG(std::string, ready_file, "", "written with host:port once the router serves");
+ABSL_FLAG(std::vector<std::string>, discover_workers, {},
+          "comma-separated NAME:PORT of workers to find by name (a headless Service): every "
+          "address NAME resolves to is probed with GetInfo / GetLoad; registration still works");
+ABSL_FLAG(absl::Duration, discovery_interval, absl::Milliseconds(500),
+          "how often --discover-workers names are re-resolved and their workers probed");
+ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(30),
+          "on SIGTERM, how long requests in flight may take before they end with UNAVAILABLE");
 ABSL_FLAG(int, metrics_port, -1,
           "Prometheus /metrics HTTP port on --host; -1 = off, 0 = any free port");
 
 namespace estuary::router {
 namespace {
+
+constexpr absl::Duration kHealthInterval = absl::Milliseconds(100);
 
 absl::StatusOr<RouterOptions> OptionsFromFlags() {
   RouterOptions options;
@@ -53,6 +79,12 @@ absl::StatusOr<RouterOptions> OptionsFromFlags() {
   options.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   options.ready_file = absl::GetFlag(FLAGS_ready_file);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.shutdown_timeout = absl::GetFlag(FLAGS_shutdown_timeout);
+  options.discovery_interval = absl::GetFlag(FLAGS_discovery_interval);
+  for (const std::string& entry : absl::GetFlag(FLAGS_discover_workers)) {
+    ESTUARY_ASSIGN_OR_RETURN(DiscoveryTarget target, ParseDiscoveryTarget(entry));
+    options.discover_workers.push_back(std::move(target));
+  }
   ESTUARY_RETURN_IF_ERROR(ValidateRouterOptions(options));
   return options;
 }
@@ -68,14 +100,55 @@ absl::Status Run() {
     ESTUARY_LOG(INFO) << "router metrics on http://" << metrics.address() << "/metrics";
   }
   if (!options.ready_file.empty()) {
-    ESTUARY_RETURN_IF_ERROR(rpc::WriteReadyFile(options.ready_file, running.address));
+    ESTUARY_RETURN_IF_ERROR(process::WriteReadyFile(options.ready_file, running.address));
   }
   ESTUARY_LOG(INFO) << "router serving " << router->model_id() << " on " << running.address
                     << " (policy " << PolicyName(options.policy) << ", local prefill up to "
                     << options.local_prefill_max_tokens << " tokens)";
-  rpc::WaitForTerminationSignal();
+
+  // Readiness follows the registry: ready while a ready decode worker is known.
+  std::atomic<bool> stop_watch{false};
+  std::thread watcher([&] {
+    bool ready = false;
+    while (!stop_watch.load()) {
+      const bool now_ready = router->Ready();
+      if (now_ready != ready) {
+        running.health.SetReady(now_ready);
+        metrics.SetReady(now_ready);
+        ESTUARY_LOG(INFO) << "router " << (now_ready ? "ready" : "not ready (no decode worker)");
+        ready = now_ready;
+      }
+      absl::SleepFor(kHealthInterval);
+    }
+  });
+  process::WaitForTerminationSignal();
+  // Drain: not ready and refusing new requests at once, then the requests in flight finish.
+  router->StartDrain();
+  stop_watch = true;
+  watcher.join();
+  running.health.SetReady(false);
+  metrics.SetReady(false);
+  ESTUARY_LOG(INFO) << "router draining " << router->active_requests() << " requests (up to "
+                    << absl::FormatDuration(options.shutdown_timeout) << ")";
+  const absl::Time deadline = absl::Now() + options.shutdown_timeout;
+  while (router->active_requests() > 0 && absl::Now() < deadline) {
+    if (process::WaitForTerminationSignal(std::min(deadline, absl::Now() + kHealthInterval))) {
+      ESTUARY_LOG(WARNING) << "router: second signal, exiting now";
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
+  }
+  if (router->active_requests() > 0) {
+    ESTUARY_LOG(WARNING) << "router: --shutdown-timeout passed with " << router->active_requests()
+                         << " requests in flight; ending them (UNAVAILABLE)";
+    router->EndAll();
+    const absl::Time grace = absl::Now() + absl::Seconds(2);
+    while (router->active_requests() > 0 && absl::Now() < grace) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
   ESTUARY_LOG(INFO) << "router shutting down";
-  running.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  running.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return absl::OkStatus();
 }
 
@@ -83,5 +156,5 @@ absl::Status Run() {
 }  // namespace estuary::router
 
 int main(int argc, char** argv) {
-  return estuary::rpc::WorkerMain(argc, argv, "estuary-router", estuary::router::Run);
+  return estuary::process::ProcessMain(argc, argv, "estuary-router", estuary::router::Run);
 }

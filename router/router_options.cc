@@ -31,6 +31,18 @@ absl::Status ValidateRouterOptions(const RouterOptions& options) {
         "--worker-timeout = ", absl::FormatDuration(options.worker_timeout),
         " must exceed the heartbeat interval of ", absl::FormatDuration(options.heartbeat_interval)));
   }
+  if (options.shutdown_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--shutdown-timeout must be >= 0");
+  }
+  if (options.discovery_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--discovery-interval must be positive");
+  }
+  if (!options.discover_workers.empty() && options.discovery_interval >= options.worker_timeout) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--discovery-interval = ", absl::FormatDuration(options.discovery_interval),
+        " must be shorter than --worker-timeout = ", absl::FormatDuration(options.worker_timeout),
+        " (discovered workers are kept alive by its probes)"));
+  }
   if (options.max_attempts < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_attempts = ", options.max_attempts, " must be >= 1"));

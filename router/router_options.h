@@ -3,9 +3,11 @@
 // loads. The service (router_service.h) reads the serving fields; main the process fields.
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "router/worker_discovery.h"
 #include "router/worker_registry.h"
 
 namespace estuary::router {
@@ -18,6 +20,9 @@ struct RouterOptions {
   int port = 50051;                  // 0 = any free port (see ready_file)
   std::string ready_file;            // written with "host:port\n" once serving
   int metrics_port = -1;             // Prometheus /metrics HTTP port; -1 = off, 0 = any free port
+  // SIGTERM: not ready and refusing new requests at once; requests in flight get this long to
+  // finish, then end with UNAVAILABLE.
+  absl::Duration shutdown_timeout = absl::Seconds(30);
 
   // Serving.
   Policy policy = Policy::kLeastLoaded;
@@ -29,6 +34,10 @@ struct RouterOptions {
   int max_queued_requests = 1024;
   absl::Duration worker_timeout = absl::Seconds(3);        // heartbeat silence that drops a worker
   absl::Duration heartbeat_interval = absl::Milliseconds(500);  // told to workers at Register
+  // Workers found by name (worker_discovery.h): every address each name resolves to is probed
+  // every discovery_interval. Empty: registration only.
+  std::vector<DiscoveryTarget> discover_workers;
+  absl::Duration discovery_interval = absl::Milliseconds(500);
   // Attempts of a request whose worker turned out UNAVAILABLE before anything was streamed.
   int max_attempts = 3;
 };

@@ -12,10 +12,10 @@
 #include "core/common/logging.h"
 #include "core/common/metrics.h"
 #include "core/common/status_macros.h"
-#include "core/model/model_loader.h"
+#include "core/loader/model_metadata.h"
 #include "router/stop_matcher.h"
+#include "rpc/channels.h"
 #include "rpc/status_convert.h"
-#include "rpc/worker_process.h"
 #include "rpc/worker_request.h"
 
 namespace estuary::router {
@@ -91,6 +91,7 @@ struct RouterService::Active {
   std::string prefill_address ABSL_GUARDED_BY(mu);
   bool cancelled ABSL_GUARDED_BY(mu) = false;
   bool client_gone ABSL_GUARDED_BY(mu) = false;
+  bool shut_down ABSL_GUARDED_BY(mu) = false;  // ended by the router's drain timeout (EndAll)
 
   bool Cancelled() {
     absl::MutexLock lock(&mu);
@@ -184,18 +185,16 @@ class RouterService::Relay {
 };
 
 absl::StatusOr<std::unique_ptr<RouterService>> RouterService::Create(const RouterOptions& options) {
-  ESTUARY_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(options.model));
-  const LlamaConfig& config = loaded.model->config();
+  ESTUARY_ASSIGN_OR_RETURN(ModelMetadata metadata, LoadModelMetadata(options.model));
+  const LlamaConfig& config = metadata.config;
   ModelLimits limits{config.max_seq_len, config.vocab_size, config.n_layers};
-  std::unique_ptr<Tokenizer> tokenizer = std::move(loaded.tokenizer);
-  loaded.model.reset();  // only the tokenizer and the limits stay
-  return std::make_unique<RouterService>(options, std::move(tokenizer), limits);
+  return std::make_unique<RouterService>(options, std::move(metadata.tokenizer), limits);
 }
 
 RouterService::RouterService(const RouterOptions& options, std::unique_ptr<Tokenizer> tokenizer,
                              const ModelLimits& limits)
     : options_(options),
-      model_id_(options.model_id.empty() ? rpc::DefaultModelId(options.model) : options.model_id),
+      model_id_(options.model_id.empty() ? DefaultModelId(options.model) : options.model_id),
       tokenizer_(std::move(tokenizer)),
       limits_(limits),
       registry_(ServedModel{model_id_, limits.context_length, limits.vocab_size, limits.num_layers},
@@ -204,6 +203,12 @@ RouterService::RouterService(const RouterOptions& options, std::unique_ptr<Token
   std::random_device random;
   id_prefix_ = (static_cast<uint64_t>(random()) << 32) ^ random();
   RouterMetrics::Get();  // registered up front: /metrics shows them before the first request
+  if (!options.discover_workers.empty()) {
+    DiscoveryOptions discovery;
+    discovery.targets = options.discover_workers;
+    discovery.interval = options.discovery_interval;
+    discovery_ = std::make_unique<WorkerDiscovery>(registry_, std::move(discovery));
+  }
   watchdog_ = std::thread([this] { Watch(); });
 }
 
@@ -215,6 +220,33 @@ RouterService::~RouterService() {
   watchdog_.join();
 }
 
+void RouterService::StartDrain() { draining_ = true; }
+
+int RouterService::active_requests() {
+  absl::MutexLock lock(&active_mu_);
+  return static_cast<int>(active_.size());
+}
+
+void RouterService::EndAll() {
+  std::vector<std::shared_ptr<Active>> live;
+  {
+    absl::MutexLock lock(&active_mu_);
+    for (auto& [id, active] : active_) live.push_back(active);
+  }
+  for (const std::shared_ptr<Active>& active : live) {
+    {
+      absl::MutexLock lock(&active->mu);
+      active->shut_down = true;
+    }
+    Cancel(active, /*client_gone=*/false);
+  }
+}
+
+bool RouterService::Ready() {
+  return !draining_.load() &&
+         !registry_.Live(estuary::v1::WORKER_ROLE_DECODE, absl::Now()).empty();
+}
+
 std::string RouterService::NewRequestId() {
   return absl::StrFormat("req-%012x-%d", id_prefix_ & 0xffffffffffffull, next_id_.fetch_add(1));
 }
@@ -223,7 +255,7 @@ std::shared_ptr<grpc::Channel> RouterService::Channel(const std::string& address
   absl::MutexLock lock(&channels_mu_);
   std::shared_ptr<grpc::Channel>& channel = channels_[address];
   if (channel == nullptr) {
-    channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    channel = rpc::CreateClusterChannel(address);
   }
   return channel;
 }
@@ -300,6 +332,11 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   Attempt attempt;
   attempt.arrival = absl::Now();
   RouterMetrics& metrics = RouterMetrics::Get();
+  if (draining_.load()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "this router is shutting down (draining): send the request to another "
+                        "replica");
+  }
   if (!request.model().empty() && request.model() != model_id_) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("model '", request.model(), "' is not served here; this "
@@ -375,15 +412,23 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   leave_queue();
   bool client_gone = false;
   bool cancelled = false;
+  bool shut_down = false;
   {
     absl::MutexLock lock(&active->mu);
     active->server_context = nullptr;
     client_gone = active->client_gone;
     cancelled = active->cancelled;
+    shut_down = active->shut_down;
   }
   {
     absl::MutexLock lock(&active_mu_);
     active_.erase(id);
+  }
+  if (shut_down && !attempt.finish.has_value()) {
+    metrics.error.Increment();
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the router shut down before the request finished (its "
+                        "--shutdown-timeout passed)");
   }
   if (client_gone || (cancelled && !attempt.finish.has_value())) {
     metrics.cancelled.Increment();
@@ -653,6 +698,12 @@ grpc::Status RouterService::Registry::Heartbeat(grpc::ServerContext* context,
   response->set_known(
       router_.registry_.Heartbeat(request->worker_id(), request->load(), absl::Now()));
   return grpc::Status::OK;
+}
+
+grpc::Status RouterService::Registry::Unregister(grpc::ServerContext* context,
+                                                 const estuary::v1::UnregisterRequest* request,
+                                                 estuary::v1::UnregisterResponse* response) {
+  return ToGrpcStatus(router_.registry_.Unregister(request->worker_id()));
 }
 
 }  // namespace estuary::router

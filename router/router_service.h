@@ -13,8 +13,9 @@
 //     workers. A worker that answers UNAVAILABLE is dropped from the registry, and the request
 //     is tried again on another pair while nothing has been streamed yet.
 //     Abort, ListModels, GetModelInfo as in inference.proto.
-//   - estuary.v1.WorkerRegistry (registry_service()): Register / Heartbeat into a
-//     WorkerRegistry (worker_registry.h).
+//   - estuary.v1.WorkerRegistry (registry_service()): Register / Heartbeat / Unregister into a
+//     WorkerRegistry (worker_registry.h). Workers found by name (--discover-workers) are probed
+//     into the same registry by a WorkerDiscovery (worker_discovery.h).
 //
 // Thread-safety: every RPC may run concurrently on gRPC's threads (one per call).
 
@@ -34,14 +35,16 @@
 #include "grpcpp/grpcpp.h"
 #include "router/request_validation.h"
 #include "router/router_options.h"
+#include "router/worker_discovery.h"
 #include "router/worker_registry.h"
 
 namespace estuary::router {
 
 class RouterService {
  public:
-  // Loads the tokenizer and config of `options.model` (the weights are only memory-mapped, then
-  // released). `options` should have passed ValidateRouterOptions.
+  // Reads the model metadata of `options.model` (config, tokenizer, generation defaults; no
+  // weight file is opened: core/loader/model_metadata.h). `options` should have passed
+  // ValidateRouterOptions.
   static absl::StatusOr<std::unique_ptr<RouterService>> Create(const RouterOptions& options);
   // With a tokenizer and limits at hand (tests).
   RouterService(const RouterOptions& options, std::unique_ptr<Tokenizer> tokenizer,
@@ -57,6 +60,17 @@ class RouterService {
   const ModelLimits& limits() const { return limits_; }
   // Requests admitted and not yet streaming (the figure --max-queued-requests bounds).
   int queued() const { return queued_.load(); }
+
+  // The drain (router_main on SIGTERM). From StartDrain on, Generate answers UNAVAILABLE (a
+  // client or a load balancer retries on another replica) while the requests in flight go on;
+  // active_requests() counts those; EndAll ends what is left with UNAVAILABLE and a message
+  // (the drain ran past --shutdown-timeout), aborting them on their workers.
+  void StartDrain();
+  int active_requests();
+  void EndAll();
+  // Readiness (gRPC health, /health): not draining, and at least one ready decode worker known.
+  // Liveness never asks this: it does not depend on workers.
+  bool Ready();
 
  private:
   struct Active;  // one Generate in flight
@@ -89,6 +103,9 @@ class RouterService {
     grpc::Status Heartbeat(grpc::ServerContext* context,
                            const estuary::v1::HeartbeatRequest* request,
                            estuary::v1::HeartbeatResponse* response) override;
+    grpc::Status Unregister(grpc::ServerContext* context,
+                            const estuary::v1::UnregisterRequest* request,
+                            estuary::v1::UnregisterResponse* response) override;
 
    private:
     RouterService& router_;
@@ -116,10 +133,12 @@ class RouterService {
   std::unique_ptr<Tokenizer> tokenizer_;
   const ModelLimits limits_;
   WorkerRegistry registry_;
+  std::unique_ptr<WorkerDiscovery> discovery_;  // with --discover-workers; stops before registry_
   Inference inference_{*this};
   Registry registry_service_{*this};
 
   std::atomic<int> queued_{0};
+  std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{0};
   uint64_t id_prefix_ = 0;
 

@@ -20,13 +20,16 @@
 #include "gtest/gtest.h"
 #include "kvtransfer/inprocess_transport.h"
 #include "prefill/prefill_service.h"
-#include "router/registration_client.h"
+#include "worker/registration_client.h"
 #include "rpc/grpc_server.h"
 #include "tests/testing/golden_cases.h"
 #include "tests/testing/inprocess_workers.h"
 
 namespace estuary::router {
 namespace {
+
+using worker::DefaultWorkerId;
+using worker::RegistrationClient;
 
 using ::estuary::testing::GoldenCase;
 using ::estuary::testing::GoldenModelDir;

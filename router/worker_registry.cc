@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/common/logging.h"
+#include "core/common/metrics.h"
 #include "google/protobuf/util/message_differencer.h"
 
 namespace estuary::router {
@@ -35,6 +36,16 @@ uint64_t HashTokens(uint64_t seed, absl::Span<const int32_t> tokens) {
     }
   }
   return h;
+}
+
+// estuary:workers_dropped_total{reason}: workers the registry let go of, and why.
+void CountDrop(const char* reason) {
+  common::MetricsRegistry::Global()
+      .GetCounter("estuary:workers_dropped_total",
+                  "Workers dropped from the router's registry: unreachable (a call or probe "
+                  "failed), expired (heartbeats missed), unregistered (drained).",
+                  {{"reason", reason}})
+      .Increment();
 }
 
 absl::Status CheckFigure(const char* field, int worker_value, int router_value) {
@@ -158,7 +169,21 @@ bool WorkerRegistry::MarkDead(const std::string& worker_id) {
   ESTUARY_LOG(WARNING) << RoleName(it->second->info.role()) << " worker " << worker_id << " at "
                        << it->second->info.address() << " is unreachable; dropped";
   workers_.erase(it);
+  CountDrop("unreachable");
   return true;
+}
+
+absl::Status WorkerRegistry::Unregister(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("no registered worker '", worker_id, "'"));
+  }
+  ESTUARY_LOG(INFO) << RoleName(it->second->info.role()) << " worker " << worker_id << " at "
+                    << it->second->info.address() << " unregistered (draining)";
+  workers_.erase(it);
+  CountDrop("unregistered");
+  return absl::OkStatus();
 }
 
 void WorkerRegistry::ExpireLocked(absl::Time now) {
@@ -168,6 +193,7 @@ void WorkerRegistry::ExpireLocked(absl::Time now) {
                            << " missed its heartbeats for "
                            << absl::FormatDuration(now - it->second->last_seen) << "; dropped";
       workers_.erase(it++);
+      CountDrop("expired");
     } else {
       ++it;
     }
@@ -177,7 +203,8 @@ void WorkerRegistry::ExpireLocked(absl::Time now) {
 std::vector<WorkerRegistry::Entry*> WorkerRegistry::LiveLocked(WorkerRole role) {
   std::vector<Entry*> live;
   for (auto& [id, entry] : workers_) {
-    if (entry->info.role() == role) live.push_back(entry.get());
+    // A worker that says it is not ready (loading, stalled, draining) takes nothing new.
+    if (entry->info.role() == role && !entry->load.not_ready()) live.push_back(entry.get());
   }
   std::sort(live.begin(), live.end(),
             [](const Entry* a, const Entry* b) { return a->order < b->order; });

@@ -3,8 +3,10 @@
 // placement policies that pick a (prefill, decode) pair for a request.
 //
 // Workers register (Register) and then heartbeat with their load figures; a worker whose last
-// word is older than `worker_timeout` is dropped at the next look, and one whose RPC failed
-// with UNAVAILABLE is dropped at once (MarkDead). A dropped worker that is still alive hears
+// word is older than `worker_timeout` is dropped at the next look, one whose RPC failed
+// with UNAVAILABLE is dropped at once (MarkDead), one that drains leaves (Unregister), and one
+// whose load says `not_ready` stays known but gets no new work until it is ready again. Drops
+// are counted in estuary:workers_dropped_total{reason}. A dropped worker that is still alive hears
 // `known = false` on its next heartbeat and registers again.
 //
 // Placement (Policy):
@@ -89,8 +91,11 @@ class WorkerRegistry {
   bool Heartbeat(const std::string& worker_id, const estuary::v1::WorkerLoad& load, absl::Time now);
   // Drops the worker at once (its RPC failed with UNAVAILABLE). True when it was known.
   bool MarkDead(const std::string& worker_id);
+  // The worker leaves (it drains). NOT_FOUND when it is not registered.
+  absl::Status Unregister(const std::string& worker_id);
 
-  // Live workers of `role` (expired ones are dropped first), in registration order.
+  // Live workers of `role` that are ready (load.not_ready unset; expired ones are dropped
+  // first), in registration order. Placement only ever sees these.
   std::vector<WorkerView> Live(estuary::v1::WorkerRole role, absl::Time now);
 
   // Picks a decode worker, and unless `local` a compatible prefill worker, by the policy; counts

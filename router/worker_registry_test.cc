@@ -278,3 +278,38 @@ TEST(WorkerRegistryTest, ParsesPolicies) {
 
 }  // namespace
 }  // namespace estuary::router
+
+namespace estuary::router {
+namespace {
+
+TEST(WorkerRegistryDrainTest, UnregisterRemovesAtOnceAndUnknownIsNotFound) {
+  WorkerRegistry registry(Model(), RegistryOptions());
+  ASSERT_TRUE(registry.Register(Decode("d1"), Running(0), kT0).ok());
+  ASSERT_TRUE(registry.Register(Decode("d2"), Running(0), kT0).ok());
+  ASSERT_TRUE(registry.Unregister("d1").ok());
+  const std::vector<WorkerView> live = registry.Live(estuary::v1::WORKER_ROLE_DECODE, kT0);
+  ASSERT_EQ(live.size(), 1u);
+  EXPECT_EQ(live[0].info.worker_id(), "d2");
+  EXPECT_FALSE(registry.Heartbeat("d1", Running(0), kT0));  // it must register again
+  EXPECT_EQ(registry.Unregister("d1").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry.Unregister("never").code(), absl::StatusCode::kNotFound);
+}
+
+TEST(WorkerRegistryDrainTest, NotReadyWorkersGetNoWorkUntilReadyAgain) {
+  WorkerRegistry registry(Model(), RegistryOptions());
+  WorkerLoad not_ready = Running(0);
+  not_ready.set_not_ready(true);
+  ASSERT_TRUE(registry.Register(Decode("d1"), not_ready, kT0).ok());
+  EXPECT_TRUE(registry.Live(estuary::v1::WORKER_ROLE_DECODE, kT0).empty());
+  EXPECT_EQ(registry.Choose(Prompt(4, 1), /*local=*/true, kT0).status().code(),
+            absl::StatusCode::kUnavailable);
+  // Still known: heartbeats are accepted, and a ready one puts it back in rotation.
+  ASSERT_TRUE(registry.Heartbeat("d1", Running(0), kT0 + absl::Milliseconds(500)));
+  absl::StatusOr<Placement> placed =
+      registry.Choose(Prompt(4, 1), /*local=*/true, kT0 + absl::Milliseconds(500));
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ(placed->decode.info.worker_id(), "d1");
+}
+
+}  // namespace
+}  // namespace estuary::router

@@ -18,7 +18,15 @@ absl::Status MetricsHttpServer::Start(const std::string& host, int port) {
   server->Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
     res.set_content(registry->RenderPrometheusText(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  server->Get("/health", [](const httplib::Request&, httplib::Response& res) {
+  server->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (ready_.load()) {
+      res.set_content("ok\n", "text/plain");
+    } else {
+      res.status = 503;
+      res.set_content("not ready\n", "text/plain");
+    }
+  });
+  server->Get("/live", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
   int bound = -1;

@@ -2,10 +2,13 @@
 // MetricsHttpServer: a tiny HTTP server on its own thread for Prometheus scraping (design §9):
 //
 //   GET /metrics  the registry in the text exposition format (text/plain; version=0.0.4)
-//   GET /health   "ok"
+//   GET /health   readiness: 200 "ok" once SetReady(true), else 503 "not ready" (the same truth
+//                 as the gRPC health service: model loaded, engine running, not draining)
+//   GET /live     liveness: 200 "ok" while the process serves (never depends on peers)
 //
 // RAII: the destructor stops the server and joins its thread.
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -31,6 +34,8 @@ class MetricsHttpServer {
   // Binds host:port (0: any free port) and starts serving; returns once it accepts
   // connections. UNAVAILABLE when the port cannot be bound; FAILED_PRECONDITION when started.
   absl::Status Start(const std::string& host, int port);
+  // Readiness answered by /health (thread-safe; starts false).
+  void SetReady(bool ready) { ready_ = ready; }
   // Stops serving (idempotent; the destructor calls it).
   void Stop();
 
@@ -43,6 +48,7 @@ class MetricsHttpServer {
   std::thread thread_;
   int port_ = 0;
   std::string address_;
+  std::atomic<bool> ready_{false};
 };
 
 }  // namespace estuary::rpc

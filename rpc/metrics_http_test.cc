@@ -25,9 +25,19 @@ TEST(MetricsHttpServerTest, ServesMetricsAndHealth) {
   EXPECT_THAT(res->body, HasSubstr("# TYPE estuary:test_total counter\n"));
   EXPECT_THAT(res->body, HasSubstr("\nestuary:test_total{k=\"v\"} 3\n"));
 
+  // Readiness follows SetReady; liveness does not.
   auto health = client.Get("/health");
   ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  server.SetReady(true);
+  health = client.Get("/health");
+  ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
+  server.SetReady(false);
+  EXPECT_EQ(client.Get("/health")->status, 503);
+  auto live = client.Get("/live");
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->status, 200);
 
   server.Stop();
   EXPECT_FALSE(client.Get("/health"));

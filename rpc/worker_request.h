@@ -4,7 +4,7 @@
 // which name the limit that was broken.
 
 #include "absl/time/time.h"
-#include "core/model/generator.h"
+#include "core/sampling/finish_reason.h"
 #include "core/sampling/sampler.h"
 #include "estuary/v1/worker.pb.h"
 

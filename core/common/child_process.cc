@@ -94,10 +94,12 @@ absl::StatusOr<std::string> WaitForReadyFile(const std::string& path, ChildProce
 
 absl::StatusOr<ServingProcess> StartServing(const std::string& binary,
                                             const std::vector<std::string>& flags,
-                                            const std::string& prefix, absl::Duration timeout) {
+                                            const std::string& prefix, absl::Duration timeout,
+                                            const std::vector<std::string>& launcher) {
   const std::string ready = prefix + ".ready";
   ::unlink(ready.c_str());
-  std::vector<std::string> argv = {binary, "--ready-file", ready};
+  std::vector<std::string> argv = launcher;
+  argv.insert(argv.end(), {binary, "--ready-file", ready});
   argv.insert(argv.end(), flags.begin(), flags.end());
   ServingProcess serving;
   absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Start(argv, prefix + ".log");

@@ -51,8 +51,11 @@ struct ServingProcess {
 };
 // Starts `binary --ready-file <prefix>.ready <flags...>` with its output in `<prefix>.log` (a
 // stale ready file is removed first) and waits until it is ready (WaitForReadyFile).
+// `launcher`, when given, goes before the binary (e.g. `ip netns exec NS`, which execs the
+// binary, so the child's pid stays the binary's own).
 absl::StatusOr<ServingProcess> StartServing(const std::string& binary,
                                             const std::vector<std::string>& flags,
-                                            const std::string& prefix, absl::Duration timeout);
+                                            const std::string& prefix, absl::Duration timeout,
+                                            const std::vector<std::string>& launcher = {});
 
 }  // namespace estuary

@@ -31,14 +31,6 @@ bool Exists(const fs::path& path) {
   return fs::exists(path, ec);
 }
 
-std::string FolderName(const std::string& dir) {
-  std::error_code ec;
-  fs::path p = fs::absolute(dir, ec);
-  if (ec) p = dir;
-  p = p.lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
-  return p.filename().string();
-}
 
 // A shard named by the index must be a plain file name in the model folder.
 bool IsPlainFileName(const std::string& name) {
@@ -97,30 +89,13 @@ std::string ShapeString(const Shape& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-absl::StatusOr<LlamaConfig> ReadConfig(const fs::path& dir) {
-  const std::string config_path = (dir / "config.json").string();
-  ESTUARY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(config_path, kHfConfigMaxBytes));
-  ESTUARY_ASSIGN_OR_RETURN(LlamaConfig config, ParseHfConfigJson(text, config_path));
-  const fs::path generation = dir / "generation_config.json";
-  if (Exists(generation)) {
-    ESTUARY_ASSIGN_OR_RETURN(std::string gen_text,
-                             ReadFileToString(generation.string(), kHfConfigMaxBytes));
-    ESTUARY_RETURN_IF_ERROR(ApplyHfGenerationConfigJson(gen_text, generation.string(), config));
-  }
-  config.name = FolderName(dir.string());
-  if (absl::Status s = config.Validate(); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(config_path, ": ", s.message()));
-  }
-  return config;
-}
-
 }  // namespace
 
 absl::StatusOr<LlamaCheckpoint> LoadHfCheckpoint(const std::string& dir_name,
                                                  const ProgressCallback& progress) {
   const fs::path dir(dir_name);
   LlamaCheckpoint checkpoint;
-  ESTUARY_ASSIGN_OR_RETURN(checkpoint.config, ReadConfig(dir));
+  ESTUARY_ASSIGN_OR_RETURN(checkpoint.config, ReadHfConfig(dir));
   const LlamaConfig& config = checkpoint.config;
 
   // Which shard holds which tensor.

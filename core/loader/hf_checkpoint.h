@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/loader/checkpoint.h"
+#include "core/loader/hf_config.h"  // ReadHfConfig
 
 namespace estuary {
 

@@ -1,6 +1,7 @@
 #include "core/loader/hf_config.h"
 
 #include <charconv>
+#include <filesystem>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/mapped_file.h"
 #include "core/common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -284,6 +286,29 @@ std::string HfGenerationConfigJson(const LlamaConfig& config) {
       {"eos_token_id", EosJson(config.eos_ids)},
   };
   return json.dump(2) + "\n";
+}
+
+absl::StatusOr<LlamaConfig> ReadHfConfig(const std::string& dir_path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = fs::absolute(dir_path, ec);
+  if (ec) dir = dir_path;
+  dir = dir.lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "dir/" -> "dir"
+  const std::string config_path = (dir / "config.json").string();
+  ESTUARY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(config_path, kHfConfigMaxBytes));
+  ESTUARY_ASSIGN_OR_RETURN(LlamaConfig config, ParseHfConfigJson(text, config_path));
+  const fs::path generation = dir / "generation_config.json";
+  if (fs::exists(generation, ec)) {
+    ESTUARY_ASSIGN_OR_RETURN(std::string gen_text,
+                             ReadFileToString(generation.string(), kHfConfigMaxBytes));
+    ESTUARY_RETURN_IF_ERROR(ApplyHfGenerationConfigJson(gen_text, generation.string(), config));
+  }
+  config.name = dir.filename().string();
+  if (absl::Status s = config.Validate(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(config_path, ": ", s.message()));
+  }
+  return config;
 }
 
 }  // namespace estuary

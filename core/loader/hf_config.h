@@ -26,6 +26,10 @@ absl::StatusOr<LlamaConfig> ParseHfConfigJson(absl::string_view json, absl::stri
 absl::Status ApplyHfGenerationConfigJson(absl::string_view json, absl::string_view file_name,
                                          LlamaConfig& config);
 
+// `dir`/config.json with `dir`/generation_config.json applied when present, named after the
+// folder and validated: the config LoadHfCheckpoint uses, read without touching a weight file.
+absl::StatusOr<LlamaConfig> ReadHfConfig(const std::string& dir);
+
 // The config.json / generation_config.json text for `config` (torch_dtype from `dtype`).
 std::string HfConfigJson(const LlamaConfig& config, DType dtype);
 std::string HfGenerationConfigJson(const LlamaConfig& config);

@@ -10,19 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "core/common/mapped_file.h"
 #include "core/common/status_macros.h"
+#include "core/loader/llama2c_config.h"
 #include "core/loader/mapped_buffer.h"
 
 namespace estuary {
 namespace {
 
 constexpr int64_t kHeaderBytes = 7 * 4;
-
-std::string FolderName(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::path p = std::filesystem::absolute(path, ec);
-  if (ec) p = path;
-  return p.lexically_normal().parent_path().filename().string();
-}
 
 absl::Status Annotate(const std::string& path, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
@@ -63,34 +57,9 @@ absl::StatusOr<LlamaCheckpoint> LoadLlama2cCheckpoint(const std::string& model_b
       std::to_array(header);
 
   LlamaCheckpoint checkpoint;
-  LlamaConfig& config = checkpoint.config;
-  config.dim = dim;
-  config.hidden_dim = hidden_dim;
-  config.n_layers = n_layers;
-  config.n_heads = n_heads;
-  config.n_kv_heads = n_kv_heads;
-  // A negative vocab_size flags an untied classifier; INT32_MIN has no positive counterpart.
-  const bool tied = raw_vocab > 0;
-  config.vocab_size = raw_vocab == INT32_MIN ? 0 : (raw_vocab < 0 ? -raw_vocab : raw_vocab);
-  config.max_seq_len = seq_len;
-  config.rms_eps = 1e-5f;
-  config.rope_theta = 10000.0f;
-  config.rope_style = RopeStyle::kInterleaved;
-  config.tied_embeddings = tied;
-  config.bos_id = 1;
-  // llama2.c's run.c ends generation at BOS (id 1), which delimits stories in its training
-  // data, so BOS is an end-of-sequence id for these models alongside EOS (2). A converted
-  // Hugging Face folder carries both in generation_config.json.
-  config.eos_ids = {2, 1};
-  config.name = FolderName(model_bin_path);
-  if (dim >= 1 && n_heads >= 1) {
-    if (dim % n_heads != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(model_bin_path, ": header dim = ", dim,
-                                                     " is not a multiple of n_heads = ", n_heads));
-    }
-    config.head_dim = dim / n_heads;
-  }  // otherwise Validate() names the bad field
-  if (absl::Status s = config.Validate(); !s.ok()) return Annotate(model_bin_path, s);
+  ESTUARY_ASSIGN_OR_RETURN(checkpoint.config, ConfigFromLlama2cHeader(header, model_bin_path));
+  const LlamaConfig& config = checkpoint.config;
+  const bool tied = config.tied_embeddings;
 
   // Validate() bounds every field, so these products fit comfortably in int64.
   const int64_t d = dim, hd = config.head_dim, h = hidden_dim, l = n_layers;

@@ -10,24 +10,6 @@
 
 namespace estuary {
 
-const char* FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kEos:
-      return "eos";
-    case FinishReason::kStopToken:
-      return "stop_token";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kContext:
-      return "context";
-    case FinishReason::kCancelled:
-      return "cancelled";
-    case FinishReason::kError:
-      return "error";
-  }
-  return "unknown";
-}
-
 absl::Status ValidatePromptIds(const LlamaConfig& config, absl::Span<const int32_t> prompt_ids) {
   if (prompt_ids.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
   for (int32_t id : prompt_ids) {

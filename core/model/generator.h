@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "core/model/llama_model.h"
 #include "core/model/sharded_model.h"
+#include "core/sampling/finish_reason.h"
 #include "core/sampling/sampler.h"
 #include "core/tokenizer/tokenizer.h"
 
@@ -24,15 +25,6 @@ struct GenerateRequest {
   bool ignore_eos = false;
 };
 
-enum class FinishReason {
-  kEos,        // an EOS id of the model
-  kStopToken,  // one of the request's stop token ids
-  kLength,     // max_tokens
-  kContext,    // prompt plus completion reached the context length
-  kCancelled,  // aborted by the client
-  kError,      // ended by an error (see the accompanying status)
-};
-const char* FinishReasonName(FinishReason reason);
 
 struct GenerateResult {
   std::vector<int32_t> completion_ids;  // without the EOS / stop token that ended it

@@ -6,8 +6,7 @@
 #include "core/common/status_macros.h"
 #include "core/loader/hf_checkpoint.h"
 #include "core/loader/llama2c_checkpoint.h"
-#include "core/tokenizer/hf_tokenizer.h"
-#include "core/tokenizer/llama2c_tokenizer.h"
+#include "core/loader/model_metadata.h"
 
 namespace estuary {
 namespace fs = std::filesystem;
@@ -19,43 +18,27 @@ absl::Status ConvertOne(Tensor& tensor, DType dtype) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<LoadedModel> Build(LlamaCheckpoint checkpoint, std::unique_ptr<Tokenizer> tokenizer,
+absl::StatusOr<LoadedModel> Build(LlamaCheckpoint checkpoint, const fs::path& dir,
                                   std::string format, const LoadOptions& options) {
   if (options.dtype) ESTUARY_RETURN_IF_ERROR(ConvertWeights(checkpoint.weights, *options.dtype));
-  if (tokenizer->vocab_size() > checkpoint.config.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("tokenizer has ", tokenizer->vocab_size(),
-                                                   " tokens, the model only ",
-                                                   checkpoint.config.vocab_size));
-  }
   LoadedModel loaded;
+  // The tokenizer as the router reads it (core/loader/model_metadata.h).
+  ESTUARY_ASSIGN_OR_RETURN(loaded.tokenizer, LoadModelTokenizer(dir.string(), checkpoint.config));
   ESTUARY_ASSIGN_OR_RETURN(loaded.model, LlamaModel::Create(std::move(checkpoint.config),
                                                             std::move(checkpoint.weights)));
-  loaded.tokenizer = std::move(tokenizer);
   loaded.format = std::move(format);
   return loaded;
 }
 
 absl::StatusOr<LoadedModel> LoadLlama2c(const fs::path& model_bin, const LoadOptions& options) {
   ESTUARY_ASSIGN_OR_RETURN(LlamaCheckpoint checkpoint, LoadLlama2cCheckpoint(model_bin.string()));
-  const fs::path tokenizer_path = model_bin.parent_path() / "tokenizer.bin";
-  ESTUARY_ASSIGN_OR_RETURN(
-      std::unique_ptr<Tokenizer> tokenizer,
-      LoadLlama2cTokenizer(tokenizer_path.string(), checkpoint.config.vocab_size));
-  return Build(std::move(checkpoint), std::move(tokenizer), "llama2.c", options);
+  return Build(std::move(checkpoint), model_bin.parent_path(), "llama2.c", options);
 }
 
 absl::StatusOr<LoadedModel> LoadHuggingFace(const fs::path& dir, const LoadOptions& options) {
   ESTUARY_ASSIGN_OR_RETURN(LlamaCheckpoint checkpoint,
                            LoadHfCheckpoint(dir.string(), options.progress));
-  // config.json / generation_config.json decide BOS and EOS, as transformers does.
-  HfTokenizerOptions tokenizer_options;
-  tokenizer_options.bos_id = checkpoint.config.bos_id;
-  tokenizer_options.eos_ids =
-      std::vector<int32_t>(checkpoint.config.eos_ids.begin(), checkpoint.config.eos_ids.end());
-  ESTUARY_ASSIGN_OR_RETURN(
-      std::unique_ptr<Tokenizer> tokenizer,
-      LoadHfTokenizer((dir / "tokenizer.json").string(), tokenizer_options));
-  return Build(std::move(checkpoint), std::move(tokenizer), "huggingface", options);
+  return Build(std::move(checkpoint), dir, "huggingface", options);
 }
 
 }  // namespace

@@ -40,6 +40,9 @@ InProcessWorkers::InProcessWorkers(InProcessWorkersOptions options) : model_id_(
   auto prefill = PrefillService::Create(*prefill_model_, *prefill_transport_, prefill_options);
   EXPECT_TRUE(prefill.ok()) << prefill.status();
   prefill_ = std::move(*prefill);
+  // Ready at once: no ServeWorker watches these services (tests drive their state directly).
+  decode_->control().ready = true;
+  prefill_->control().ready = true;
   auto server = rpc::StartGrpcServer("127.0.0.1", 0, {decode_.get(), prefill_.get()});
   EXPECT_TRUE(server.ok()) << server.status();
   server_ = std::move(*server);

@@ -1,12 +1,13 @@
-#include "router/registration_client.h"
+#include "worker/registration_client.h"
 
 #include <algorithm>
 
 #include "core/common/logging.h"
 #include "estuary/v1/worker.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "rpc/channels.h"
 
-namespace estuary::router {
+namespace estuary::worker {
 namespace {
 
 constexpr std::chrono::milliseconds kDefaultHeartbeat{500};
@@ -44,6 +45,8 @@ void RegistrationClient::Start(const std::string& router_address,
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = false;
   }
+  router_address_ = router_address;
+  worker_id_ = info.worker_id();
   thread_ = std::thread([this, router_address, info, load = std::move(load)]() mutable {
     Run(std::move(router_address), std::move(info), std::move(load));
   });
@@ -59,6 +62,25 @@ void RegistrationClient::Stop() {
   registered_ = false;
 }
 
+void RegistrationClient::Unregister() {
+  Stop();
+  if (router_address_.empty()) return;
+  auto stub = estuary::v1::WorkerRegistry::NewStub(rpc::CreateClusterChannel(router_address_));
+  estuary::v1::UnregisterRequest request;
+  request.set_worker_id(worker_id_);
+  estuary::v1::UnregisterResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(options_.rpc_timeout));
+  const grpc::Status status = stub->Unregister(&context, request, &response);
+  if (status.ok()) {
+    ESTUARY_LOG(INFO) << "unregistered " << worker_id_ << " from the router at " << router_address_;
+  } else {
+    ESTUARY_LOG(WARNING) << "unregistering " << worker_id_ << " from the router at "
+                         << router_address_ << " failed (it will expire instead): "
+                         << status.error_message();
+  }
+}
+
 bool RegistrationClient::Sleep(std::chrono::milliseconds duration) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, duration, [this] { return stop_; });
@@ -68,7 +90,7 @@ bool RegistrationClient::Sleep(std::chrono::milliseconds duration) {
 void RegistrationClient::Run(std::string router_address, estuary::v1::WorkerInfo info,
                              LoadFn load) {
   auto stub = estuary::v1::WorkerRegistry::NewStub(
-      grpc::CreateChannel(router_address, grpc::InsecureChannelCredentials()));
+      rpc::CreateClusterChannel(router_address));
   std::chrono::milliseconds interval = kDefaultHeartbeat;
   bool warned_unreachable = false;
   std::string last_refusal;
@@ -136,4 +158,4 @@ void RegistrationClient::Run(std::string router_address, estuary::v1::WorkerInfo
   }
 }
 
-}  // namespace estuary::router
+}  // namespace estuary::worker

@@ -1,13 +1,24 @@
-#include "rpc/worker_flags.h"
+#include "worker/worker_flags.h"
 
+#include <cstdlib>
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "core/loader/model_metadata.h"
 
 ABSL_FLAG(std::string, model, "", "model folder (llama2.c or Hugging Face)");
 ABSL_FLAG(std::string, model_id, "",
           "name in the KV format fingerprint; default: the model folder's name");
-ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
+ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on (0.0.0.0: all)");
+ABSL_FLAG(std::string, advertise_address, "",
+          "address the router and peers dial (registration, KV transport); default: --host, or "
+          "when it is a wildcard $POD_IP, else the default-route interface's address");
+ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(30),
+          "on SIGTERM: how long requests in flight may take to finish (then UNAVAILABLE)");
+ABSL_FLAG(absl::Duration, engine_stall_timeout, absl::Seconds(60),
+          "a step running longer than this makes the worker not ready");
+ABSL_FLAG(int, max_failed_steps, 3,
+          "this many failed engine steps in a row make the worker not ready until restarted");
 ABSL_FLAG(int, port, 0, "gRPC port; 0 = any free port (see --ready-file)");
 ABSL_FLAG(int, tensor_parallel_size, 1, "tensor-parallel ranks (threads; cores shared among them)");
 ABSL_FLAG(std::string, ucx_tls, "", "UCX transports for KV transfer (e.g. tcp or sm,tcp); "
@@ -25,14 +36,19 @@ ABSL_FLAG(std::string, kv_transport, "ucx",
 ABSL_FLAG(int, metrics_port, -1,
           "Prometheus /metrics HTTP port on --host; -1 = off, 0 = any free port");
 
-namespace estuary::rpc {
+namespace estuary::worker {
 
 WorkerProcessOptions WorkerProcessOptionsFromFlags() {
   WorkerProcessOptions options;
   options.model = absl::GetFlag(FLAGS_model);
   options.model_id = absl::GetFlag(FLAGS_model_id);
-  if (options.model_id.empty()) options.model_id = DefaultModelId(options.model);
+  if (options.model_id.empty()) options.model_id = ::estuary::DefaultModelId(options.model);
   options.host = absl::GetFlag(FLAGS_host);
+  options.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  if (const char* pod_ip = std::getenv("POD_IP"); pod_ip != nullptr) options.pod_ip = pod_ip;
+  options.shutdown_timeout = absl::GetFlag(FLAGS_shutdown_timeout);
+  options.engine_stall_timeout = absl::GetFlag(FLAGS_engine_stall_timeout);
+  options.max_failed_steps = absl::GetFlag(FLAGS_max_failed_steps);
   options.port = absl::GetFlag(FLAGS_port);
   options.tp_size = absl::GetFlag(FLAGS_tensor_parallel_size);
   options.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
@@ -44,4 +60,4 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags() {
   return options;
 }
 
-}  // namespace estuary::rpc
+}  // namespace estuary::worker

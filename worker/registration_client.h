@@ -20,7 +20,7 @@
 // UNAVAILABLE seen by the router). A router that refuses the worker (a wrong model, a malformed
 // WorkerInfo) is logged and retried with backoff, never fatal to the worker.
 //
-// Depends on worker_proto, gRPC and core/common (logging) only.
+// Depends on worker_proto, rpc (channels), gRPC and core/common (logging) only.
 
 #include <atomic>
 #include <chrono>
@@ -32,7 +32,7 @@
 
 #include "estuary/v1/worker.pb.h"
 
-namespace estuary::router {
+namespace estuary::worker {
 
 struct RegistrationClientOptions {
   std::chrono::milliseconds retry_interval{200};    // between attempts while unregistered
@@ -58,6 +58,9 @@ class RegistrationClient {
   void Start(const std::string& router_address, const estuary::v1::WorkerInfo& info, LoadFn load);
   // Stops the thread and joins it (returns within about one rpc_timeout). Idempotent.
   void Stop();
+  // Stop(), then tells the router this worker leaves (Unregister, one rpc_timeout at most), so
+  // that it places nothing new here while the worker drains. No-op when never started.
+  void Unregister();
 
   // Whether the router currently knows this worker (as of the last answer).
   bool registered() const { return registered_.load(); }
@@ -74,8 +77,10 @@ class RegistrationClient {
   std::condition_variable cv_;
   bool stop_ = false;  // under mu_
   std::thread thread_;
+  std::string router_address_;  // set by Start
+  std::string worker_id_;
   std::atomic<bool> registered_{false};
   std::atomic<int> registrations_{0};
 };
 
-}  // namespace estuary::router
+}  // namespace estuary::worker

@@ -1,10 +1,10 @@
-#include "cli/flag_spelling.h"
+#include "process/flag_spelling.h"
 
 #include <algorithm>
 
 #include "absl/flags/parse.h"
 
-namespace estuary::cli {
+namespace estuary::process {
 
 std::vector<std::string> DashesToUnderscores(int argc, char** argv) {
   std::vector<std::string> args;
@@ -38,4 +38,4 @@ std::vector<std::string> ParseFlags(int argc, char** argv) {
   return std::vector<std::string>(positional.begin(), positional.end());
 }
 
-}  // namespace estuary::cli
+}  // namespace estuary::process

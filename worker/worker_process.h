@@ -1,0 +1,100 @@
+#pragma once
+// What the worker binaries (estuary-prefill, estuary-decode) share between parsing their flags
+// and serving: the advertised address, loading the model onto its TP ranks, the KV transport,
+// and serving (ServeWorker): truthful health, registration, and a graceful drain on SIGTERM.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/backend/backend.h"
+#include "core/common/step_loop.h"
+#include "core/kvcache/kv_pool.h"
+#include "core/model/sharded_model.h"
+#include "estuary/v1/worker.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "kvtransfer/transport.h"
+#include "worker/worker_control.h"
+
+namespace estuary::worker {
+
+struct WorkerProcessOptions {
+  std::string model;       // model folder
+  std::string model_id;    // KV format fingerprint name; default: the model folder's name
+  std::string host = "127.0.0.1";  // the address to bind (0.0.0.0: all)
+  // --advertise-address: what peers dial (registration, KV endpoints); empty: `host` unless it
+  // is a wildcard, then $POD_IP (pod_ip), then the default-route interface's address.
+  std::string advertise_address;
+  std::string pod_ip;      // $POD_IP, read by main
+  int port = 0;            // 0: any free port
+  int tp_size = 1;
+  std::string ucx_tls;     // UCX transports; empty: UCX's default (and UCX_TLS)
+  std::string ready_file;  // written with "host:port\n" once serving
+  std::string router;      // the router's host:port to register with; empty: none
+  int metrics_port = -1;   // Prometheus /metrics HTTP port; -1: off, 0: any free port
+  // --device: "cpu", or "cuda[:N]" to run the engine's steps on that GPU (estuary-decode, a CUDA
+  // build); parsed by ValidateWorkerProcessOptions / WorkerDevice.
+  std::string device = "cpu";
+  // --kv-transport: "ucx" (host memory, tcp / shared memory / RDMA) or "nccl" (GPU memory to GPU
+  // memory, with UCX carrying the control messages; needs --device cuda).
+  std::string kv_transport = "ucx";
+  // SIGTERM: how long work in flight may take to finish before it is ended with UNAVAILABLE.
+  absl::Duration shutdown_timeout = absl::Seconds(30);
+  // Health: a step running longer than this while work waits makes the worker not ready.
+  absl::Duration engine_stall_timeout = absl::Seconds(60);
+  // Health: this many failed engine steps in a row make the worker not ready until restarted.
+  int max_failed_steps = 3;
+};
+
+// INVALID_ARGUMENT naming the flag.
+absl::Status ValidateWorkerProcessOptions(const WorkerProcessOptions& options);
+// The parsed --device (INVALID_ARGUMENT for a bad spelling).
+absl::StatusOr<Device> WorkerDevice(const WorkerProcessOptions& options);
+// The advertised address (process/host_address.h) for these options.
+absl::StatusOr<std::string> AdvertisedHost(const WorkerProcessOptions& options);
+
+absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(const WorkerProcessOptions& options);
+absl::StatusOr<std::unique_ptr<kvtransfer::Transport>> CreateTransport(
+    const WorkerProcessOptions& options);
+
+// Current KV pool figures into a load report (thread-safe: KvPool::Stats()).
+void SetPoolLoad(const KvPool& pool, estuary::v1::WorkerLoad* load);
+
+// What a worker tells the router about itself (worker.proto WorkerInfo).
+estuary::v1::WorkerInfo MakeWorkerInfo(estuary::v1::WorkerRole role, const std::string& address,
+                                       const WorkerProcessOptions& options,
+                                       const LlamaConfig& config, int block_size,
+                                       const estuary::v1::KvFormatFingerprint& fingerprint);
+
+// Readiness from the engine loop's progress (ServeWorker's watcher): false until the loop runs,
+// while a step has run longer than engine_stall_timeout (true again once it ends), and for good
+// once max_failed_steps steps failed in a row (latched in *failed_for_good: restart the worker).
+bool EngineHealthy(const StepLoopProgress& progress, const WorkerProcessOptions& options,
+                   bool* failed_for_good, absl::Time now);
+
+// What ServeWorker needs from the role's service.
+struct WorkerHooks {
+  std::function<estuary::v1::WorkerLoad()> load;  // the figures heartbeats carry
+  std::function<StepLoopProgress()> progress;     // the engine loop's (health)
+  std::function<bool()> drained;                  // no request left in flight (drain)
+};
+
+// Serves a worker until it is told to stop:
+//   1. starts the gRPC server with `services` (plus health and reflection) on host:port, and
+//      /metrics, /health, /live on metrics_port when set; both say not ready;
+//   2. fills `info` (advertised address, worker_id) into `control`, writes the ready file,
+//      registers with the router when one is set (heartbeats carrying the load and readiness);
+//   3. turns ready once the engine loop runs, and watches it: a step running past
+//      engine_stall_timeout makes it not ready until the step ends; max_failed_steps failures
+//      in a row make it not ready for good (the router stops placing here; restart it);
+//   4. on SIGINT / SIGTERM: not ready and draining at once, unregisters from the router, waits
+//      until `hooks.drained()` or shutdown_timeout (then ends what is left with UNAVAILABLE),
+//      and shuts the server down. A second signal exits the process at once (status 1).
+absl::Status ServeWorker(const WorkerProcessOptions& options, estuary::v1::WorkerInfo info,
+                         WorkerControl& control, const std::vector<grpc::Service*>& services,
+                         const WorkerHooks& hooks);
+
+}  // namespace estuary::worker
