@@ -5,6 +5,8 @@
 //
 //   estuary-decode --model PATH [--port P] [--tensor-parallel-size N] [--river
 //                  --exit-threshold T] [--kv-cache-bytes B] [--ucx-tls tcp] [--ready-file F]
+//                  [--host 0.0.0.0 --advertise-address A] [--router HOST:PORT]
+//                  [--shutdown-timeout 30s] [--engine-stall-timeout 60s] [--max-failed-steps 3]
 //                  [--device cuda[:N] --kv-transport nccl]   (a CUDA build: steps on the GPU)
 
 #include "absl/flags/flag.h"
@@ -56,19 +58,11 @@ absl::Status Run() {
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DecodeService> service,
                            DecodeService::Create(*model, *transport, options));
   DecodeService* decode = service.get();
-  worker::WorkerHooks hooks;
-  hooks.load = [decode] {
-    estuary::v1::WorkerLoad load;
-    (void)decode->GetLoad(nullptr, nullptr, &load);
-    return load;
-  };
-  hooks.progress = [decode] { return decode->Progress(); };
-  hooks.drained = [decode] { return decode->Drained(); };
   return worker::ServeWorker(
       process,
       worker::MakeWorkerInfo(estuary::v1::WORKER_ROLE_DECODE, "", process, model->config(),
                              options.engine.block_size, decode->fingerprint()),
-      decode->control(), {decode}, hooks);
+      decode->control(), {decode}, worker::HooksOf(decode));
 }
 
 }  // namespace

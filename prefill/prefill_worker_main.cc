@@ -4,6 +4,8 @@
 //
 //   estuary-prefill --model PATH [--port P] [--tensor-parallel-size N]
 //                   [--max-num-batched-tokens T] [--ucx-tls tcp] [--ready-file F]
+//                  [--host 0.0.0.0 --advertise-address A] [--router HOST:PORT]
+//                  [--shutdown-timeout 30s] [--engine-stall-timeout 60s] [--max-failed-steps 3]
 
 #include "absl/flags/flag.h"
 #include "core/common/status_macros.h"
@@ -33,19 +35,11 @@ absl::Status Run() {
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<PrefillService> service,
                            PrefillService::Create(*model, *transport, options));
   PrefillService* prefill = service.get();
-  worker::WorkerHooks hooks;
-  hooks.load = [prefill] {
-    estuary::v1::WorkerLoad load;
-    (void)prefill->GetLoad(nullptr, nullptr, &load);
-    return load;
-  };
-  hooks.progress = [prefill] { return prefill->Progress(); };
-  hooks.drained = [prefill] { return prefill->Drained(); };
   return worker::ServeWorker(
       process,
       worker::MakeWorkerInfo(estuary::v1::WORKER_ROLE_PREFILL, "", process, model->config(),
                              options.engine.block_size, prefill->fingerprint()),
-      prefill->control(), {prefill}, hooks);
+      prefill->control(), {prefill}, worker::HooksOf(prefill));
 }
 
 }  // namespace

@@ -82,6 +82,21 @@ struct WorkerHooks {
   std::function<bool()> drained;                  // no request left in flight (drain)
 };
 
+// The hooks of a role's service (DecodeService, PrefillService): its GetLoad figures, its
+// engine loop's Progress(), and Drained(). `service` must outlive the hooks.
+template <typename RoleService>
+WorkerHooks HooksOf(RoleService* service) {
+  WorkerHooks hooks;
+  hooks.load = [service] {
+    estuary::v1::WorkerLoad load;
+    (void)service->GetLoad(nullptr, nullptr, &load);
+    return load;
+  };
+  hooks.progress = [service] { return service->Progress(); };
+  hooks.drained = [service] { return service->Drained(); };
+  return hooks;
+}
+
 // Serves a worker until it is told to stop:
 //   1. starts the gRPC server with `services` (plus health and reflection) on host:port, and
 //      /metrics, /health, /live on metrics_port when set; both say not ready;
