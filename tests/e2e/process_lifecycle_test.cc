@@ -274,6 +274,18 @@ TEST(RouterMetadataTest, ServesFromAFolderWithoutWeights) {
   fs::remove_all(meta);
 }
 
+// A wrong --advertise-address (not an address of this host) stops the worker at start, naming
+// the flag, before anything loads.
+TEST(WorkerAddressTest, AForeignAdvertiseAddressFailsAtStart) {
+  absl::StatusOr<testing::ProcessResult> run = testing::RunProcess(
+      {BinaryPath("decode/estuary-decode"), "--model", GoldenModelDir("stories260K"), "--host",
+       "0.0.0.0", "--port", "0", "--advertise-address", "198.51.100.7"},
+      absl::Seconds(30));
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_NE(run->exit_code, 0);
+  EXPECT_NE(run->err.find("--advertise-address = '198.51.100.7'"), std::string::npos) << run->err;
+}
+
 // estuary-router links no engine library: no BLAS, no UCX, no NCCL, no CUDA, no SIMD kernels.
 TEST(RouterLinkTest, TheRouterBinaryLinksNoEngineLibrary) {
   const std::string router = BinaryPath("router/estuary-router");
