@@ -234,6 +234,42 @@ TEST(RouterDrainTest, SigtermRefusesNewRequestsAndFinishesStreams) {
   EXPECT_EQ(*exited, 0);
 }
 
+TEST(RouterDrainTest, ADrainPastItsTimeoutEndsStreamsWithUnavailable) {
+  ServingProcess router =
+      StartRouter("router-timeout", {"--port", "0", "--shutdown-timeout", "300ms"});
+  ASSERT_NE(router.process, nullptr);
+  ServingProcess decode =
+      StartDecode("decode-timeout", {"--router", router.address, "--debug-step-delay", "100ms"});
+  ASSERT_NE(decode.process, nullptr);
+  ExpectHealth(router.address, "", kServing, absl::Seconds(10), "ready");
+  auto stub = estuary::v1::Inference::NewStub(
+      grpc::CreateChannel(router.address, grpc::InsecureChannelCredentials()));
+  estuary::v1::GenerateRequest request = GreedyIds({1, 403, 407}, 200);
+  request.mutable_sampling()->set_ignore_eos(true);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  auto reader = stub->Generate(&context, request);
+  estuary::v1::GenerateResponse response;
+  int tokens = 0;
+  absl::Time signalled = absl::InfiniteFuture();
+  while (reader->Read(&response)) {
+    if (response.has_chunk()) tokens += response.chunk().token_ids_size();
+    if (tokens > 0 && signalled == absl::InfiniteFuture()) {
+      signalled = absl::Now();
+      router.process->Signal(SIGTERM);
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_NE(status.error_message().find("shutdown-timeout"), std::string::npos)
+      << status.error_message();
+  EXPECT_LT(absl::Now() - signalled, absl::Seconds(4));
+  EXPECT_LT(tokens, 200);
+  absl::StatusOr<int> exited = router.process->Wait(absl::Seconds(10));
+  ASSERT_TRUE(exited.ok()) << exited.status();
+  EXPECT_EQ(*exited, 0);
+}
+
 // The router reads config, tokenizer and generation config only: a folder that holds no weight
 // file serves, and the answers are the golden ones (the workers hold the weights).
 TEST(RouterMetadataTest, ServesFromAFolderWithoutWeights) {
