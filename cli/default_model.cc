@@ -16,7 +16,9 @@ absl::StatusOr<std::string> ResolveModelPath(const std::string& flag_value) {
     return std::string(env);
   }
   std::error_code ec;
-  for (const fs::path& candidate : {fs::path("../shared/models/stories260K"),
+  // The repository ships stories260K (models/, MIT licence, from llama2.c).
+  for (const fs::path& candidate : {fs::path(ESTUARY_SOURCE_DIR) / "models/stories260K",
+                                   fs::path("../shared/models/stories260K"),
                                    fs::path(ESTUARY_SOURCE_DIR) / "../shared/models/stories260K"}) {
     if (fs::exists(candidate / "model.bin", ec)) return fs::weakly_canonical(candidate).string();
   }

@@ -47,7 +47,7 @@
 #include "core/loader/hf_writer.h"
 
 ABSL_FLAG(std::string, model, "", "model folder (llama2.c or Hugging Face); default: "
-                                  "$ESTUARY_MODEL, ../shared/models/stories260K, or a tiny "
+                                  "$ESTUARY_MODEL, the repository's models/stories260K, or a tiny "
                                   "synthesized model");
 ABSL_FLAG(std::string, prompt, "Once upon a time", "prompt text");
 ABSL_FLAG(int, max_tokens, 256, "new tokens at most");

@@ -7,8 +7,10 @@
 
 namespace estuary::process {
 
-// argv with the name part of each "--flag" or "--flag=value" argument rewritten to underscores,
-// and `--config FILE` turned into absl's `--flagfile=FILE` (a file of --flag=value lines).
+// argv with `--config FILE` replaced by the file's flags (one `--flag=value` a line, spelled as
+// on the command line; '#' comments), and the name part of each "--flag" or "--flag=value"
+// argument rewritten to underscores. An unreadable file or a line that is not a flag exits
+// with a message (status 2).
 std::vector<std::string> DashesToUnderscores(int argc, char** argv);
 
 // Parses `argv` (after the rewrite) with absl::ParseCommandLine; returns the positional arguments.

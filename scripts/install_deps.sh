@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages Estuary builds with, when any is missing. Idempotent and quiet.
+# Installs the Debian 12 packages Estuary builds with, and any packages named as arguments, when
+# any is missing. Idempotent and quiet.
+#
+#   scripts/install_deps.sh [EXTRA_PACKAGE...]
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
@@ -8,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libhwy-dev libpcre2-dev nlohmann-json3-dev libcpp-httplib-dev
   clang libclang-rt-dev
+  "$@"
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Builds Estuary (build/, Release); when nvcc is on the machine, also compiles a second build
 # with the CUDA backend (build-cuda/) and runs its gpu-labelled tests (they skip without a
-# device); runs the libFuzzer targets for FUZZ_SECONDS each (default 60); and runs every test
+# device); runs the libFuzzer targets for FUZZ_SECONDS each (default 60); builds the container
+# image and serves a request from it (deploy/build_image.sh); and runs every test
 # that needs no GPU last, so that the closing lines CI reads are the full suite's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
+# What only tests need: python3-yaml and iproute2 (the pods-as-written and multi-node tests);
+# node with npm where the machine has none (the manifests' schema check, deploy/validate).
+test_packages=(python3-yaml iproute2)
+command -v node > /dev/null || test_packages+=(nodejs npm)
+bash scripts/install_deps.sh "${test_packages[@]}"
 
 nvcc_path="$(command -v nvcc || true)"
 [ -n "$nvcc_path" ] || [ ! -x /usr/local/cuda/bin/nvcc ] || nvcc_path=/usr/local/cuda/bin/nvcc
@@ -22,5 +28,17 @@ else
 fi
 
 bash scripts/fuzz.sh
+
+# The image: built from deploy/Dockerfile without a registry, then serving one request from its
+# file system (deploy/build_image.sh; about 5-7 minutes on 2 cores). Needs root, podman and
+# debootstrap; says why and goes on where it cannot run. ESTUARY_SKIP_IMAGE=1 skips it.
+if [ "${ESTUARY_SKIP_IMAGE:-0}" = 1 ]; then
+  echo "ESTUARY_SKIP_IMAGE=1: not building the image"
+elif [ "$(id -u)" -ne 0 ]; then
+  echo "not root: not building the image (deploy/build_image.sh needs root)"
+else
+  bash scripts/install_deps.sh podman debootstrap
+  bash deploy/build_image.sh
+fi
 
 (cd build && ctest --output-on-failure --label-exclude gpu --timeout 600 -j "$(nproc)")

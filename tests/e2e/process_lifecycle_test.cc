@@ -196,20 +196,47 @@ TEST(RouterHealthTest, ReadyOnlyWithADecodeWorkerWhileLivenessStaysUp) {
       << "one dead worker must not fail the router's liveness";
 }
 
-TEST(RouterDrainTest, SigtermRefusesNewRequestsAndFinishesStreams) {
-  ServingProcess router = StartRouter("router-drain", {"--port", "0"});
-  ASSERT_NE(router.process, nullptr);
-  ServingProcess decode =
-      StartDecode("decode-drain", {"--router", router.address, "--debug-step-delay", "100ms"});
-  ASSERT_NE(decode.process, nullptr);
-  ExpectHealth(router.address, "", kServing, absl::Seconds(10), "ready");
-  auto stub = estuary::v1::Inference::NewStub(
-      grpc::CreateChannel(router.address, grpc::InsecureChannelCredentials()));
-  estuary::v1::GenerateRequest request = GreedyIds({1, 403, 407}, 20);
+// A router and one decode worker that registers with it, slowed to 100 ms a step so that
+// streams are still running when the test signals; ready when returned (check `router.process`).
+struct RouterWithSlowDecode {
+  ServingProcess router, decode;
+  std::unique_ptr<estuary::v1::Inference::Stub> stub;
+};
+
+RouterWithSlowDecode StartRouterWithSlowDecode(const std::string& name,
+                                               std::vector<std::string> router_flags) {
+  RouterWithSlowDecode started;
+  router_flags.insert(router_flags.begin(), {"--port", "0"});
+  started.router = StartRouter("router-" + name, router_flags);
+  if (started.router.process == nullptr) return started;
+  started.decode = StartDecode(
+      "decode-" + name, {"--router", started.router.address, "--debug-step-delay", "100ms"});
+  if (started.decode.process == nullptr) {
+    started.router.process = nullptr;
+    return started;
+  }
+  ExpectHealth(started.router.address, "", kServing, absl::Seconds(10), "ready");
+  started.stub = estuary::v1::Inference::NewStub(
+      grpc::CreateChannel(started.router.address, grpc::InsecureChannelCredentials()));
+  return started;
+}
+
+// A greedy stream of `tokens` tokens that ignores EOS, with a 60 s deadline.
+std::unique_ptr<grpc::ClientReader<estuary::v1::GenerateResponse>> StartStream(
+    estuary::v1::Inference::Stub& stub, grpc::ClientContext& context, int tokens) {
+  estuary::v1::GenerateRequest request = GreedyIds({1, 403, 407}, tokens);
   request.mutable_sampling()->set_ignore_eos(true);
-  grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-  auto reader = stub->Generate(&context, request);
+  return stub.Generate(&context, request);
+}
+
+TEST(RouterDrainTest, SigtermRefusesNewRequestsAndFinishesStreams) {
+  RouterWithSlowDecode cluster = StartRouterWithSlowDecode("drain", {});
+  ASSERT_NE(cluster.router.process, nullptr);
+  ServingProcess& router = cluster.router;
+  estuary::v1::Inference::Stub* stub = cluster.stub.get();
+  grpc::ClientContext context;
+  auto reader = StartStream(*stub, context, 20);
   estuary::v1::GenerateResponse response;
   int tokens = 0;
   bool signalled = false;
@@ -235,20 +262,11 @@ TEST(RouterDrainTest, SigtermRefusesNewRequestsAndFinishesStreams) {
 }
 
 TEST(RouterDrainTest, ADrainPastItsTimeoutEndsStreamsWithUnavailable) {
-  ServingProcess router =
-      StartRouter("router-timeout", {"--port", "0", "--shutdown-timeout", "300ms"});
-  ASSERT_NE(router.process, nullptr);
-  ServingProcess decode =
-      StartDecode("decode-timeout", {"--router", router.address, "--debug-step-delay", "100ms"});
-  ASSERT_NE(decode.process, nullptr);
-  ExpectHealth(router.address, "", kServing, absl::Seconds(10), "ready");
-  auto stub = estuary::v1::Inference::NewStub(
-      grpc::CreateChannel(router.address, grpc::InsecureChannelCredentials()));
-  estuary::v1::GenerateRequest request = GreedyIds({1, 403, 407}, 200);
-  request.mutable_sampling()->set_ignore_eos(true);
+  RouterWithSlowDecode cluster = StartRouterWithSlowDecode("timeout", {"--shutdown-timeout", "300ms"});
+  ASSERT_NE(cluster.router.process, nullptr);
+  ServingProcess& router = cluster.router;
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-  auto reader = stub->Generate(&context, request);
+  auto reader = StartStream(*cluster.stub, context, 200);
   estuary::v1::GenerateResponse response;
   int tokens = 0;
   absl::Time signalled = absl::InfiniteFuture();
