@@ -13,6 +13,8 @@
 //                  [--local-prefill-max-tokens N] [--max-queued-requests N]
 //                  [--worker-timeout 3s] [--ready-file F] [--metrics-port P]
 //                  [--discover-workers NAME:PORT,...] [--shutdown-timeout 30s]
+//                  [--http-port P] [--http-max-concurrent-requests N] [--http-max-body-bytes B]
+//                  [--http-request-timeout D] [--http-read-timeout D]
 
 #include <algorithm>
 #include <atomic>
@@ -29,6 +31,7 @@
 #include "absl/time/time.h"
 #include "core/common/logging.h"
 #include "core/common/status_macros.h"
+#include "router/openai/openai_server.h"
 #include "router/router_options.h"
 #include "router/router_service.h"
 #include "rpc/grpc_server.h"
@@ -62,8 +65,55 @@ ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(30),
 ABSL_FLAG(int, metrics_port, -1,
           "Prometheus /metrics HTTP port on --host; -1 = off, 0 = any free port");
 
+ABSL_FLAG(int, http_port, -1,
+          "OpenAI-compatible HTTP port on --host (/v1/completions, /v1/chat/completions, "
+          "/v1/models, /tokenize, /detokenize, /health, /live, /metrics); -1 = off, 0 = any free "
+          "port");
+ABSL_FLAG(int, http_max_concurrent_requests, 256,
+          "HTTP generation requests answered at once; beyond: 429");
+ABSL_FLAG(int64_t, http_max_body_bytes, int64_t{4} << 20, "HTTP request bodies at most; beyond: 413");
+ABSL_FLAG(absl::Duration, http_request_timeout, absl::Minutes(10),
+          "an HTTP generation request is given this long in all");
+ABSL_FLAG(absl::Duration, http_read_timeout, absl::Seconds(30),
+          "an HTTP client that sends nothing for this long is dropped (also the write timeout)");
+
 namespace estuary::router {
 namespace {
+
+// The HTTP door's options from its flags; INVALID_ARGUMENT naming the flag.
+absl::StatusOr<openai::OpenAiServerOptions> HttpOptionsFromFlags(const RouterService& router,
+                                                                const RouterOptions& options) {
+  openai::OpenAiServerOptions http;
+  http.host = options.host;
+  http.port = absl::GetFlag(FLAGS_http_port);
+  if (http.port < -1 || http.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http-port = ", http.port, " outside [-1, 65535]"));
+  }
+  http.served_model = router.model_id();
+  http.context_length = router.limits().context_length;
+  http.num_layers = router.limits().num_layers;
+  http.max_concurrent_requests = absl::GetFlag(FLAGS_http_max_concurrent_requests);
+  if (http.max_concurrent_requests < 1 || http.max_concurrent_requests > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("--http-max-concurrent-requests = ",
+                                                   http.max_concurrent_requests,
+                                                   " outside [1, 4096]"));
+  }
+  const int64_t body = absl::GetFlag(FLAGS_http_max_body_bytes);
+  if (body < 1024 || body > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http-max-body-bytes = ", body, " outside [1024, 1 GiB]"));
+  }
+  http.max_body_bytes = static_cast<size_t>(body);
+  http.request_timeout = absl::GetFlag(FLAGS_http_request_timeout);
+  http.read_timeout = absl::GetFlag(FLAGS_http_read_timeout);
+  http.write_timeout = http.read_timeout;
+  if (http.request_timeout <= absl::ZeroDuration() || http.read_timeout < absl::Seconds(1)) {
+    return absl::InvalidArgumentError(
+        "--http-request-timeout must be positive and --http-read-timeout at least 1s");
+  }
+  return http;
+}
 
 constexpr absl::Duration kHealthInterval = absl::Milliseconds(100);
 
@@ -94,6 +144,18 @@ absl::Status Run() {
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<RouterService> router, RouterService::Create(options));
   ESTUARY_ASSIGN_OR_RETURN(rpc::RunningServer running,
                            rpc::StartGrpcServer(options.host, options.port, router->services()));
+  ESTUARY_ASSIGN_OR_RETURN(openai::OpenAiServerOptions http_options,
+                           HttpOptionsFromFlags(*router, options));
+  // The HTTP door calls the router's own Inference service through an in-process channel.
+  std::unique_ptr<openai::OpenAiServer> http;
+  if (http_options.port >= 0) {
+    http = std::make_unique<openai::OpenAiServer>(
+        http_options,
+        estuary::v1::Inference::NewStub(running.server->InProcessChannel(grpc::ChannelArguments())),
+        router->tokenizer(), [&router] { return router->Ready(); }, /*chat_prompt=*/nullptr);
+    ESTUARY_RETURN_IF_ERROR(http->Start());
+    ESTUARY_LOG(INFO) << "router OpenAI HTTP on http://" << http->address() << "/v1";
+  }
   rpc::MetricsHttpServer metrics;
   if (options.metrics_port >= 0) {
     ESTUARY_RETURN_IF_ERROR(metrics.Start(options.host, options.metrics_port));
@@ -148,6 +210,7 @@ absl::Status Run() {
     }
   }
   ESTUARY_LOG(INFO) << "router shutting down";
+  if (http != nullptr) http->Stop();
   running.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return absl::OkStatus();
 }

@@ -58,6 +58,7 @@ class RouterService {
   WorkerRegistry& registry() { return registry_; }
   const std::string& model_id() const { return model_id_; }
   const ModelLimits& limits() const { return limits_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
   // Requests admitted and not yet streaming (the figure --max-queued-requests bounds).
   int queued() const { return queued_.load(); }
 

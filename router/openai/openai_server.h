@@ -1,0 +1,90 @@
+#pragma once
+// OpenAiServer: the router's OpenAI-compatible HTTP door (--http-port). It translates
+// /v1/completions and /v1/chat/completions into estuary.v1.Inference Generate calls on the
+// router's own gRPC server (an in-process channel: one request path, one set of limits and
+// metrics for both doors) and answers in OpenAI's JSON, or as Server-Sent Events when asked to
+// stream. Also GET /v1/models, vLLM's POST /tokenize and /detokenize, and on the same port
+// GET /health (readiness), /live and /metrics.
+//
+// Bounds: a body over max_body_bytes is 413; more than max_concurrent_requests generations at
+// once is 429; a request is given request_timeout in all; a client that sends nothing for
+// read_timeout or reads nothing for write_timeout is dropped. A streaming client that goes away
+// cancels its choices (the router aborts them on both workers): the stream notices at its next
+// write, and writes an SSE comment after each second without a token so that it notices
+// while the prompt is prefilled too.
+//
+// Threads: cpp-httplib serves each connection on a thread of a pool of
+// max_concurrent_requests + kSpareThreads, so health checks and errors get a thread while
+// every generation slot is taken.
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/common/metrics.h"
+#include "core/tokenizer/tokenizer.h"
+#include "estuary/v1/inference.grpc.pb.h"
+#include "nlohmann/json.hpp"
+
+namespace httplib {
+class Server;
+}
+
+namespace estuary::openai {
+
+// Renders a chat request's messages into prompt token ids (chat template + tokenizer), or says
+// why not (no template: FAILED_PRECONDITION; a template's raise_exception: INVALID_ARGUMENT).
+using ChatPromptFn = std::function<absl::StatusOr<std::vector<int32_t>>(const nlohmann::json& body)>;
+
+struct OpenAiServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0 = any free port
+  std::string served_model;
+  int context_length = 0;
+  int num_layers = 0;
+  int max_concurrent_requests = 256;
+  size_t max_body_bytes = size_t{4} << 20;
+  absl::Duration read_timeout = absl::Seconds(30);
+  absl::Duration write_timeout = absl::Seconds(30);
+  absl::Duration request_timeout = absl::Minutes(10);
+};
+
+class OpenAiServer {
+ public:
+  static constexpr int kSpareThreads = 16;
+
+  // `stub`: the router's Inference service; `tokenizer`: the served model's; `ready`: the
+  // router's readiness (for /health); `chat_prompt`: null when the model has no chat template.
+  // All must outlive the server.
+  OpenAiServer(OpenAiServerOptions options, std::unique_ptr<estuary::v1::Inference::StubInterface> stub,
+               const Tokenizer& tokenizer, std::function<bool()> ready, ChatPromptFn chat_prompt,
+               common::MetricsRegistry* metrics = &common::MetricsRegistry::Global());
+  ~OpenAiServer();
+  OpenAiServer(const OpenAiServer&) = delete;
+  OpenAiServer& operator=(const OpenAiServer&) = delete;
+
+  // Binds and serves; UNAVAILABLE when the port cannot be bound.
+  absl::Status Start();
+  // Stops accepting and ends the connections (idempotent; the destructor calls it).
+  void Stop();
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+
+ private:
+  class Handlers;
+
+  OpenAiServerOptions options_;
+  std::unique_ptr<Handlers> handlers_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  std::string address_;
+  int port_ = 0;
+};
+
+}  // namespace estuary::openai

@@ -1,0 +1,180 @@
+// The router's OpenAI HTTP door, driven as users drive it: the official npm `openai` SDK
+// (sdk_test.mjs) against a real router and decode worker (stories260K), then
+// the pages of the stream it dropped mid-way must come back; and 10,000
+// malformed HTTP requests must get 4xx (never a 5xx or a crash) while correct requests keep
+// being served. The SDK part installs package-lock.json's packages on first use and skips,
+// saying why, without node, npm or the npm registry.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "estuary/v1/worker.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "tests/e2e/cluster.h"
+#include "tests/testing/golden_cases.h"
+#include "tests/testing/subprocess.h"
+
+namespace estuary {
+namespace {
+
+using ::estuary::testing::Cluster;
+using ::estuary::testing::RunProcess;
+using ::estuary::testing::Spec;
+
+// A TCP port free right now on 127.0.0.1 (the router binds it a moment later).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+int FreePages(const std::string& address, bool decode) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  estuary::v1::WorkerLoad load;
+  grpc::ClientContext context;
+  const grpc::Status status =
+      decode ? estuary::v1::DecodeWorker::NewStub(channel)->GetLoad(&context, {}, &load)
+             : estuary::v1::PrefillWorker::NewStub(channel)->GetLoad(&context, {}, &load);
+  return status.ok() ? load.free_pages() : -1;
+}
+
+// The SDK's packages (tests/openai/node_modules); a skip reason when they cannot be had.
+std::string InstallSdk() {
+  if (::access("/usr/bin/node", X_OK) != 0) return "no node (apt-get install nodejs npm)";
+  if (std::filesystem::exists("tests/openai/node_modules/openai")) return "";
+  auto installed = RunProcess({"/bin/sh", "-c",
+                               "cd tests/openai && timeout 300 npm ci --no-audit --no-fund "
+                               "--loglevel=error"},
+                              absl::Minutes(6));
+  if (!installed.ok() || installed->exit_code != 0) {
+    return "npm could not install the openai SDK (no registry reachable?)";
+  }
+  return "";
+}
+
+// A router with its HTTP door and one decode worker that prefills locally: the door is what
+// these tests are about (the disaggregated path has its own tests in tests/e2e).
+struct HttpCluster {
+  int port = FreePort();
+  Cluster cluster{Spec("stories260K", 0, 1, 1, 1, {"--http-port", absl::StrCat(port)})};
+};
+
+TEST(OpenAiSdkTest, TheOfficialSdkDrivesTheRouterAndADroppedStreamFreesItsPages) {
+  const std::string skip = InstallSdk();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  HttpCluster http;
+  const std::string decode = http.cluster.decode(0).address;
+  const int decode_free = FreePages(decode, true);
+  auto ran = RunProcess({"/usr/bin/node", "tests/openai/sdk_test.mjs",
+                         absl::StrCat("http://127.0.0.1:", http.port, "/v1"),
+                         testing::GoldenModelDir("stories260K") + "/golden.json", "stories260K"},
+                        absl::Minutes(3));
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_EQ(ran->exit_code, 0) << ran->out << "\n" << ran->err << "\n" << http.cluster.Logs();
+  std::printf("%s", ran->out.c_str());
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (absl::Now() < deadline && FreePages(decode, true) != decode_free) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(FreePages(decode, true), decode_free) << "the dropped stream's pages";
+}
+
+// Malformed requests of every kind, from a fixed seed.
+std::vector<std::pair<std::string, std::string>> MalformedRequests(int count) {
+  std::mt19937 random(20261202);
+  const std::string valid =
+      R"({"prompt":"Once upon a time","max_tokens":4,"temperature":0,"stop":["x"],"n":1})";
+  const std::vector<std::string> fields = {"prompt", "max_tokens", "temperature", "top_p", "n",
+                                           "stop", "seed", "stream", "top_k", "min_p",
+                                           "stream_options", "stop_token_ids", "exit_threshold",
+                                           "messages", "logprobs", "tokens"};
+  const std::vector<std::string> bad_values = {
+      "-1", "1e400", "-1e308", "99999999999999999999999", "{}", "[[[[[]]]]]",
+      "true", "null", "\"\\ud800\"", "[1,\"a\"]", "0.5", "[-5]", "[4294967296]", "{\"a\":1}"};
+  std::vector<std::pair<std::string, std::string>> out;
+  for (int i = 0; i < count; ++i) {
+    const std::string path =
+        std::vector<std::string>{"/v1/completions", "/v1/chat/completions", "/tokenize",
+                                 "/detokenize"}[random() % 4];
+    std::string body;
+    switch (random() % 6) {
+      case 0:  // truncated
+        body = valid.substr(0, 1 + random() % (valid.size() - 2));
+        break;
+      case 1:  // random bytes (invalid UTF-8 among them)
+        for (size_t n = random() % 200; n > 0; --n) body.push_back(static_cast<char>(random()));
+        break;
+      case 2: {  // a field of the wrong type or out of range
+        body = absl::StrCat("{\"", fields[random() % fields.size()], "\":",
+                            bad_values[random() % bad_values.size()], "}");
+        break;
+      }
+      case 3:  // invalid UTF-8 inside a string
+        body = absl::StrCat(R"({"prompt":"a)", std::string(1, static_cast<char>(0x80 + random() % 64)),
+                            R"(","max_tokens":2})");
+        break;
+      case 4:  // not an object
+        body = std::vector<std::string>{"[]", "1", "\"x\"", "null", "", "{"}[random() % 6];
+        break;
+      default:  // huge numbers and deep nesting
+        body = absl::StrCat(R"({"prompt":"x","max_tokens":)", std::string(400, '9'),
+                            R"(,"n":)", std::string(2000, '['), "}");
+        break;
+    }
+    out.push_back({path, body});
+  }
+  return out;
+}
+
+TEST(OpenAiHttpTest, TenThousandMalformedRequestsGet4xxAndCorrectOnesKeepBeingServed) {
+  HttpCluster http;
+  httplib::Client client("127.0.0.1", http.port);
+  client.set_read_timeout(30);
+  auto serves = [&] {
+    auto r = client.Post("/v1/completions",
+                         R"({"prompt":[1,403,407],"max_tokens":3,"temperature":0})",
+                         "application/json");
+    return r && r->status == 200;
+  };
+  ASSERT_TRUE(serves());
+  int answered = 0;
+  const auto requests = MalformedRequests(10000);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto r = client.Post(requests[i].first, requests[i].second, "application/json");
+    ASSERT_TRUE(r) << "no answer to request " << i << ": " << requests[i].second;
+    ASSERT_GE(r->status, 400) << requests[i].first << " " << requests[i].second << " -> " << r->body;
+    ASSERT_LT(r->status, 500) << requests[i].first << " " << requests[i].second << " -> " << r->body;
+    const nlohmann::json error = nlohmann::json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(error.contains("error")) << r->body;
+    ++answered;
+    if (i % 1000 == 0) ASSERT_TRUE(serves()) << "after " << i << " malformed requests";
+  }
+  // An oversize body, a bad request line and an unknown path.
+  auto big = client.Post("/v1/completions", std::string(5 << 20, 'a'), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  auto unknown = client.Get("/v2/nothing");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_TRUE(serves()) << "after every malformed request";
+  std::printf("%d malformed requests answered 4xx\n", answered);
+}
+
+}  // namespace
+}  // namespace estuary
