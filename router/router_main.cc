@@ -80,9 +80,9 @@ ABSL_FLAG(absl::Duration, http_read_timeout, absl::Seconds(30),
 namespace estuary::router {
 namespace {
 
-// The HTTP door's options from its flags; INVALID_ARGUMENT naming the flag.
-absl::StatusOr<openai::OpenAiServerOptions> HttpOptionsFromFlags(const RouterService& router,
-                                                                const RouterOptions& options) {
+// The HTTP door's options from its flags (the served model's fields are set once it is read);
+// INVALID_ARGUMENT naming the flag.
+absl::StatusOr<openai::OpenAiServerOptions> HttpOptionsFromFlags(const RouterOptions& options) {
   openai::OpenAiServerOptions http;
   http.host = options.host;
   http.port = absl::GetFlag(FLAGS_http_port);
@@ -90,9 +90,6 @@ absl::StatusOr<openai::OpenAiServerOptions> HttpOptionsFromFlags(const RouterSer
     return absl::InvalidArgumentError(
         absl::StrCat("--http-port = ", http.port, " outside [-1, 65535]"));
   }
-  http.served_model = router.model_id();
-  http.context_length = router.limits().context_length;
-  http.num_layers = router.limits().num_layers;
   http.max_concurrent_requests = absl::GetFlag(FLAGS_http_max_concurrent_requests);
   if (http.max_concurrent_requests < 1 || http.max_concurrent_requests > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("--http-max-concurrent-requests = ",
@@ -141,11 +138,13 @@ absl::StatusOr<RouterOptions> OptionsFromFlags() {
 
 absl::Status Run() {
   ESTUARY_ASSIGN_OR_RETURN(RouterOptions options, OptionsFromFlags());
+  ESTUARY_ASSIGN_OR_RETURN(openai::OpenAiServerOptions http_options, HttpOptionsFromFlags(options));
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<RouterService> router, RouterService::Create(options));
+  http_options.served_model = router->model_id();
+  http_options.context_length = router->limits().context_length;
+  http_options.num_layers = router->limits().num_layers;
   ESTUARY_ASSIGN_OR_RETURN(rpc::RunningServer running,
                            rpc::StartGrpcServer(options.host, options.port, router->services()));
-  ESTUARY_ASSIGN_OR_RETURN(openai::OpenAiServerOptions http_options,
-                           HttpOptionsFromFlags(*router, options));
   // The HTTP door calls the router's own Inference service through an in-process channel.
   std::unique_ptr<openai::OpenAiServer> http;
   if (http_options.port >= 0) {

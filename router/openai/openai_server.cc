@@ -15,6 +15,7 @@
 #include "router/openai/generation_request.h"
 #include "router/openai/request_fields.h"
 #include "router/openai/response_json.h"
+#include "rpc/http_serving.h"
 
 namespace estuary::openai {
 namespace {
@@ -79,17 +80,7 @@ class OpenAiServer::Handlers {
     server.Post("/detokenize", [this](const httplib::Request& q, httplib::Response& r) {
       Detokenize(q, r);
     });
-    server.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
-      const bool ready = ready_();
-      r.status = ready ? 200 : 503;
-      r.set_content(ready ? "ok\n" : "not ready\n", "text/plain");
-    });
-    server.Get("/live", [](const httplib::Request&, httplib::Response& r) {
-      r.set_content("ok\n", "text/plain");
-    });
-    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
-      r.set_content(metrics_->RenderPrometheusText(), "text/plain; version=0.0.4; charset=utf-8");
-    });
+    rpc::AddHealthAndMetricsRoutes(server, metrics_, ready_);
     // Errors httplib makes itself (404 no route, 413 too large, 400 bad request line, 405):
     // OpenAI's shape, when no handler wrote a body.
     server.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
@@ -249,22 +240,12 @@ absl::Status OpenAiServer::Start() {
   server->set_keep_alive_timeout(5);
   server->set_tcp_nodelay(true);
   handlers_->Install(*server);
-  int bound = -1;
-  if (options_.port == 0) {
-    bound = server->bind_to_any_port(options_.host);
-  } else if (server->bind_to_port(options_.host, options_.port)) {
-    bound = options_.port;
-  }
-  if (bound <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("HTTP: cannot listen on ", options_.host, ":", options_.port));
-  }
-  port_ = bound;
+  absl::StatusOr<int> bound =
+      rpc::BindAndServe(*server, options_.host, options_.port, "HTTP", thread_);
+  if (!bound.ok()) return bound.status();
+  port_ = *bound;
   address_ = absl::StrCat(options_.host, ":", port_);
-  httplib::Server* raw = server.get();
   server_ = std::move(server);
-  thread_ = std::thread([raw] { raw->listen_after_bind(); });
-  while (!raw->is_running()) absl::SleepFor(absl::Milliseconds(1));
   return absl::OkStatus();
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "estuary/v1/worker.grpc.pb.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/golden_cases.h"
@@ -127,6 +128,16 @@ Generated Generate(estuary::v1::Inference::Stub& stub, const estuary::v1::Genera
   }
   out.status = reader->Finish();
   return out;
+}
+
+int FreePages(const std::string& address, bool decode) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  estuary::v1::WorkerLoad load;
+  grpc::ClientContext context;
+  const grpc::Status status =
+      decode ? estuary::v1::DecodeWorker::NewStub(channel)->GetLoad(&context, {}, &load)
+             : estuary::v1::PrefillWorker::NewStub(channel)->GetLoad(&context, {}, &load);
+  return status.ok() ? load.free_pages() : -1;
 }
 
 }  // namespace estuary::testing

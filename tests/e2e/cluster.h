@@ -72,6 +72,9 @@ struct Generated {
   estuary::v1::Complete complete;
 };
 
+// A worker's free KV pages (its GetLoad); -1 when it does not answer.
+int FreePages(const std::string& address, bool decode);
+
 // Streams one Generate call to the end (a minute's deadline unless `context` brings one).
 Generated Generate(estuary::v1::Inference::Stub& stub, const estuary::v1::GenerateRequest& request,
                    grpc::ClientContext* context = nullptr);

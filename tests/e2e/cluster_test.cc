@@ -30,6 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::estuary::testing::BinaryPath;
 using ::estuary::testing::Cluster;
+using ::estuary::testing::FreePages;
 using ::estuary::testing::ClusterSpec;
 using ::estuary::testing::Generate;
 using ::estuary::testing::Generated;
@@ -98,16 +99,6 @@ TEST(ClusterTest, ThirtyTwoConcurrentStreams) {
     ASSERT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
     EXPECT_EQ(results[i].ids, cases[i % cases.size()].completion_ids) << "stream " << i;
   }
-}
-
-int FreePages(const std::string& address, bool decode) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  estuary::v1::WorkerLoad load;
-  grpc::ClientContext context;
-  const grpc::Status status =
-      decode ? estuary::v1::DecodeWorker::NewStub(channel)->GetLoad(&context, {}, &load)
-             : estuary::v1::PrefillWorker::NewStub(channel)->GetLoad(&context, {}, &load);
-  return status.ok() ? load.free_pages() : -1;
 }
 
 // A stream the client cancels after its first chunk frees its pages on both workers.

@@ -28,6 +28,7 @@ namespace estuary {
 namespace {
 
 using ::estuary::testing::Cluster;
+using ::estuary::testing::FreePages;
 using ::estuary::testing::RunProcess;
 using ::estuary::testing::Spec;
 
@@ -42,16 +43,6 @@ int FreePort() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
   ::close(fd);
   return ntohs(address.sin_port);
-}
-
-int FreePages(const std::string& address, bool decode) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  estuary::v1::WorkerLoad load;
-  grpc::ClientContext context;
-  const grpc::Status status =
-      decode ? estuary::v1::DecodeWorker::NewStub(channel)->GetLoad(&context, {}, &load)
-             : estuary::v1::PrefillWorker::NewStub(channel)->GetLoad(&context, {}, &load);
-  return status.ok() ? load.free_pages() : -1;
 }
 
 // The SDK's packages (tests/openai/node_modules); a skip reason when they cannot be had.
