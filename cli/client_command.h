@@ -18,6 +18,7 @@ struct ClientOptions {
   bool stream = true;           // print text deltas as they arrive (text mode)
   bool json = false;
   double timeout_seconds = 300;
+  std::string api_key;          // sent as `authorization: Bearer KEY` when set
 };
 
 absl::Status RunClient(const ClientOptions& options);

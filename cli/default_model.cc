@@ -16,10 +16,10 @@ absl::StatusOr<std::string> ResolveModelPath(const std::string& flag_value) {
     return std::string(env);
   }
   std::error_code ec;
-  // The repository ships stories260K (models/, MIT licence, from llama2.c).
-  for (const fs::path& candidate : {fs::path(ESTUARY_SOURCE_DIR) / "models/stories260K",
-                                   fs::path("../shared/models/stories260K"),
-                                   fs::path(ESTUARY_SOURCE_DIR) / "../shared/models/stories260K"}) {
+  // The repository ships stories12L (ours; 12 layers, so the exit river has room to exit) and
+  // stories260K (MIT licence, from llama2.c), in models/.
+  for (const fs::path& candidate : {fs::path(ESTUARY_SOURCE_DIR) / "models/stories12L",
+                                   fs::path(ESTUARY_SOURCE_DIR) / "models/stories260K"}) {
     if (fs::exists(candidate / "model.bin", ec)) return fs::weakly_canonical(candidate).string();
   }
   const char* home = std::getenv("XDG_CACHE_HOME");

@@ -1,6 +1,6 @@
 #pragma once
 // Which model `estuary` uses when --model is absent: $ESTUARY_MODEL, else the shipped
-// ../shared/models/stories260K when it exists, else a `tiny` synthesized model (made once in a
+// models/stories12L (else models/stories260K) of the repository, else a `tiny` synthesized model (made once in a
 // cache folder), so the command always runs.
 
 #include <string>

@@ -7,7 +7,8 @@
 //   estuary up       [--model PATH] [--port P] [--prefill N] [--decode M] [--tp-prefill P]
 //                    [--tp-decode D] [--policy least_loaded] [--local-prefill-max-tokens T]
 //   estuary client   --server HOST:PORT --prompt TEXT [--max-tokens N] [--stream] [--json]
-//   estuary bench-serve --server HOST:PORT --rate R --num-requests N --input-len I
+//   estuary bench-serve --server HOST:PORT [--backend grpc|openai] [--endpoint URL] --rate R
+//                       [--max-concurrency C] [--result-file F] --num-requests N --input-len I
 //                       --output-len O [--json]
 //   estuary convert  --from PATH --to DIR [--dtype f32|bf16]
 //   estuary synth    --preset tiny|llama-3.2-1b|llama-3.1-8b --out DIR [--seed S]
@@ -18,23 +19,35 @@
 //   estuary bench-kv [--tls tcp,sm] [--quick] [--perftest=false] [--json]
 // River flags (eval-exit, bench-decode): --river-group-size, --river-refine, --exit-rule,
 // --min-backbone-layers, --max-backbone-layers, --resident-backbone-layers.
+// Which flags each subcommand takes: cli/command_tables.cc (`estuary <command> --help` prints
+// them; another command's flag is refused). `estuary up` passes the server flags it is given
+// (--max-num-seqs, --max-model-len, --http-port, ...) to the processes they apply to.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "cli/command_tables.h"
 #include "cli/default_model.h"
+#include "process/byte_size.h"
+#include "process/command_flags.h"
+#include "rpc/api_key.h"
 #include "cli/exit_commands.h"
-#include "process/flag_spelling.h"
 #include "cli/bench_serve.h"
 #include "cli/client_command.h"
 #include "cli/generate_command.h"
@@ -51,12 +64,18 @@ ABSL_FLAG(std::string, model, "", "model folder (llama2.c or Hugging Face); defa
                                   "synthesized model");
 ABSL_FLAG(std::string, prompt, "Once upon a time", "prompt text");
 ABSL_FLAG(int, max_tokens, 256, "new tokens at most");
-ABSL_FLAG(double, temperature, 0.8, "sampling temperature; 0 = greedy");
+ABSL_FLAG(double, temperature, 1.0, "sampling temperature (1.0, as OpenAI and vLLM); 0 = greedy");
 ABSL_FLAG(double, top_p, 1.0, "nucleus sampling threshold in (0, 1]");
 ABSL_FLAG(int, top_k, 0, "keep the k most likely tokens; 0 = off");
 ABSL_FLAG(double, min_p, 0.0, "keep tokens with p >= min_p * p_max; 0 = off");
 ABSL_FLAG(double, repetition_penalty, 1.0, "penalty for tokens already seen; 1 = off");
-ABSL_FLAG(uint64_t, seed, 0, "random seed (same seed, same output)");
+ABSL_FLAG(int64_t, seed, -1, "random seed (same seed, same output); -1 = a fresh random one");
+ABSL_FLAG(double, presence_penalty, 0.0,
+          "subtracted once from every token already generated, in [-2, 2]; 0 = off");
+ABSL_FLAG(double, frequency_penalty, 0.0,
+          "subtracted per occurrence among the generated tokens, in [-2, 2]; 0 = off");
+ABSL_FLAG(int, min_tokens, 0, "end-of-sequence and stop ids cannot end the output before this "
+                              "many new tokens");
 ABSL_FLAG(std::vector<std::string>, stop_token_ids, {}, "comma-separated token ids that end "
                                                         "generation");
 ABSL_FLAG(std::string, dtype, "", "weight dtype at load: f32 or bf16 (default: the file's)");
@@ -93,7 +112,50 @@ ABSL_FLAG(int, decode, 1, "up: decode workers");
 ABSL_FLAG(int, tp_prefill, 1, "up: tensor-parallel size of each prefill worker");
 ABSL_FLAG(int, tp_decode, 1, "up: tensor-parallel size of each decode worker");
 ABSL_FLAG(std::string, ucx_tls, "tcp", "up: UCX transports of the KV push (tcp, sm,tcp, ...)");
-ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{256} << 20, "up: KV pool bytes per worker");
+ABSL_FLAG(estuary::process::ByteSize, kv_cache_memory,
+          estuary::process::ByteSize{int64_t{256} << 20},
+          "up: KV pool size of each worker: bytes, or with a unit (KiB, MiB, GiB, KB, MB, GB)");
+ABSL_FLAG(int64_t, kv_cache_bytes, 0,
+          "up: older spelling of --kv-cache-memory in plain bytes; when > 0 it is used instead");
+ABSL_FLAG(int, metrics_port, -1,
+          "up: Prometheus /metrics: -1 = off; 0 = every process on a free port; P = the router "
+          "on P and member i on P + i (decode workers first)");
+ABSL_FLAG(std::string, api_key, "",
+          "client, bench-serve: sent as `authorization: Bearer KEY`; up: the router requires it; "
+          "default: $ESTUARY_API_KEY");
+// Passed by `estuary up` to the servers that take them (cli/command_tables.cc), when given;
+// defaults and meaning as in those servers.
+ABSL_FLAG(std::string, served_model_name, "",
+          "up -> router: the model name clients see and send; default: the model folder's name");
+ABSL_FLAG(int, http_port, -1,
+          "up -> router: OpenAI-compatible HTTP port; -1 = off, 0 = any free port");
+ABSL_FLAG(int, max_model_len, 0,
+          "up -> router and workers: prompt + max_tokens per request at most; 0 = the model's "
+          "context length");
+ABSL_FLAG(int, max_queued_requests, 1024,
+          "up -> router: requests waiting for their first token at most");
+ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(3),
+          "up -> router: a worker silent for this long is dropped");
+ABSL_FLAG(int, http_max_concurrent_requests, 256,
+          "up -> router: HTTP generation requests answered at once; beyond: 429");
+ABSL_FLAG(int64_t, http_max_body_bytes, int64_t{4} << 20,
+          "up -> router: HTTP request bodies at most; beyond: 413");
+ABSL_FLAG(absl::Duration, http_request_timeout, absl::Minutes(10),
+          "up -> router: an HTTP generation request is given this long in all");
+ABSL_FLAG(absl::Duration, http_read_timeout, absl::Seconds(30),
+          "up -> router: an HTTP client that sends nothing for this long is dropped");
+ABSL_FLAG(std::string, chat_template, "",
+          "up -> router: Jinja chat template file for /v1/chat/completions; default: "
+          "tokenizer_config.json's chat_template");
+ABSL_FLAG(double, gpu_memory_utilization, 0,
+          "up -> workers: CUDA devices only: share of the GPU's memory to use; 0 = off");
+ABSL_FLAG(int, max_num_seqs, 64, "up -> workers: sequences admitted at once");
+ABSL_FLAG(int, block_size, 16, "up -> workers: token slots per KV page");
+ABSL_FLAG(absl::Duration, engine_stall_timeout, absl::Seconds(60),
+          "up -> workers: a step running longer than this makes the worker not ready");
+ABSL_FLAG(int, max_failed_steps, 3,
+          "up -> workers: this many failed engine steps in a row make the worker not ready");
+ABSL_FLAG(int64_t, lease_ms, 30000, "up -> decode workers: how long reserved pages wait for KV");
 ABSL_FLAG(std::string, policy, "least_loaded",
           "up: placement policy (round_robin, least_loaded, prefix_aware)");
 ABSL_FLAG(int, local_prefill_max_tokens, 0,
@@ -108,6 +170,16 @@ ABSL_FLAG(double, rate, 4.0, "bench-serve: requests per second (Poisson); 0 = al
 ABSL_FLAG(int, num_requests, 32, "bench-serve: requests to send");
 ABSL_FLAG(int, input_len, 64, "bench-serve: prompt tokens per request");
 ABSL_FLAG(int, output_len, 64, "bench-serve: new tokens per request");
+ABSL_FLAG(std::string, backend, "",
+          "bench-serve: grpc (the router's gRPC port) or openai (HTTP /v1/completions, SSE); "
+          "default: openai with --endpoint, else grpc");
+ABSL_FLAG(std::string, endpoint, "",
+          "bench-serve: the OpenAI completions URL, e.g. http://127.0.0.1:8000/v1/completions "
+          "(default with --backend openai: http://<--server>/v1/completions)");
+ABSL_FLAG(int, max_concurrency, 0,
+          "bench-serve: requests in flight at most (later arrivals wait); 0 = no cap");
+ABSL_FLAG(std::string, result_file, "",
+          "bench-serve: also write the result JSON (vllm bench serve's keys) to this file");
 ABSL_FLAG(bool, perftest, true, "bench-kv: run ucx_perftest next to each row");
 ABSL_FLAG(bool, receiver_spins, false,
           "bench-kv: the receiver's progress thread spins instead of sleeping on its event fd");
@@ -126,20 +198,33 @@ ABSL_FLAG(int, resident_backbone_layers, 0,
 namespace estuary::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "estuary <command> [flags]\n"
-    "commands:\n"
-    "  generate  run one prompt on a model and print the completion\n"
-    "  up        start a local cluster (router, prefill and decode workers) on loopback\n"
-    "  client    send one prompt to a router and print the streamed answer\n"
-    "  bench-serve    load a router: TTFT, inter-token and end-to-end latency, tokens/s\n"
-    "  convert   write a Hugging Face folder from a llama2.c model\n"
-    "  synth     write a random-weight model with real shapes\n"
-    "  eval-exit      fidelity and cost of the exit river at several thresholds\n"
-    "  bench-decode   decode tokens/s: full depth, river, full int4\n"
-    "  bench-prefill  prefill tokens/s at several TP sizes; batch-invariant GEMM vs OpenBLAS\n"
-    "  bench-kv       KV push GB/s and latency over UCX next to ucx_perftest\n"
-    "Run `estuary <command> --help` for the flags.";
+// The top-level usage: every subcommand with its summary (cli/command_tables.cc), and any flag
+// defined here that no subcommand takes (a table error; the cli_help test asserts there is none).
+std::string Usage() {
+  std::string usage = "usage: estuary <command> [flags]\ncommands:\n";
+  for (const process::CommandFlags& command : EstuaryCommands()) {
+    const size_t pad = 15 - std::min<size_t>(14, command.label.size());
+    absl::StrAppend(&usage, "  ", command.label, std::string(pad, ' '), command.summary, "\n");
+  }
+  absl::StrAppend(&usage, "Run `estuary <command> --help` for its flags.\n");
+  std::vector<std::string> unclaimed;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (!absl::EndsWith(flag->Filename(), "cli/estuary_main.cc")) continue;
+    bool claimed = false;
+    for (const process::CommandFlags& command : EstuaryCommands()) {
+      claimed = claimed || std::find(command.flags.begin(), command.flags.end(), name) !=
+                               command.flags.end();
+    }
+    if (!claimed) unclaimed.push_back(absl::StrCat("--", name));
+  }
+  std::sort(unclaimed.begin(), unclaimed.end());
+  if (!unclaimed.empty()) {
+    absl::StrAppend(&usage,
+                    "internal: flags no command takes (add them to cli/command_tables.cc): ",
+                    absl::StrJoin(unclaimed, " "), "\n");
+  }
+  return usage;
+}
 
 absl::StatusOr<std::optional<DType>> DTypeFlag() {
   const std::string name = absl::GetFlag(FLAGS_dtype);
@@ -246,7 +331,27 @@ absl::Status BenchKv() {
   return kvtransfer::RunBenchKv(options, std::cout);
 }
 
-absl::Status Up() {
+// The flags given to `estuary up` that a server takes and up does not set itself, as
+// --name=value for each server that takes them (cli/command_tables.h).
+absl::Status PassThrough(const std::set<std::string>& given, UpOptions& options) {
+  const absl::Span<const char* const> managed = UpManagedFlags();
+  std::vector<std::string>* targets[] = {&options.router_flags, &options.prefill_flags,
+                                         &options.decode_flags};
+  for (const std::string& name : given) {
+    if (std::find(managed.begin(), managed.end(), name) != managed.end()) continue;
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr) return absl::InternalError(absl::StrCat("--", name, " is not defined"));
+    const std::string arg = absl::StrCat("--", absl::StrReplaceAll(name, {{"_", "-"}}), "=",
+                                         flag->CurrentValue());
+    for (size_t i = 0; i < ServerCommands().size(); ++i) {
+      const std::vector<std::string>& flags = ServerCommands()[i].flags;
+      if (std::find(flags.begin(), flags.end(), name) != flags.end()) targets[i]->push_back(arg);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Up(const std::set<std::string>& given) {
   UpOptions options;
   ESTUARY_ASSIGN_OR_RETURN(options.model, ResolveModelPath(absl::GetFlag(FLAGS_model)));
   options.port = absl::GetFlag(FLAGS_port);
@@ -255,7 +360,12 @@ absl::Status Up() {
   options.tp_prefill = absl::GetFlag(FLAGS_tp_prefill);
   options.tp_decode = absl::GetFlag(FLAGS_tp_decode);
   options.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
-  options.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  options.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes) > 0
+                               ? absl::GetFlag(FLAGS_kv_cache_bytes)
+                               : absl::GetFlag(FLAGS_kv_cache_memory).bytes;
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.api_key = rpc::ApiKeyFromFlagOrEnv(absl::GetFlag(FLAGS_api_key));
+  ESTUARY_RETURN_IF_ERROR(PassThrough(given, options));
   options.policy = absl::GetFlag(FLAGS_policy);
   options.local_prefill_max_tokens = absl::GetFlag(FLAGS_local_prefill_max_tokens);
   options.river = absl::GetFlag(FLAGS_river);
@@ -287,7 +397,12 @@ absl::StatusOr<SamplingParams> SamplingFlags() {
   sampling.top_k = absl::GetFlag(FLAGS_top_k);
   sampling.min_p = static_cast<float>(absl::GetFlag(FLAGS_min_p));
   sampling.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
-  sampling.seed = absl::GetFlag(FLAGS_seed);
+  sampling.presence_penalty = static_cast<float>(absl::GetFlag(FLAGS_presence_penalty));
+  sampling.frequency_penalty = static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty));
+  sampling.min_tokens = absl::GetFlag(FLAGS_min_tokens);
+  const int64_t seed = absl::GetFlag(FLAGS_seed);
+  if (seed < -1) return absl::InvalidArgumentError("--seed must be >= 0 (or -1: a random one)");
+  sampling.seed = seed >= 0 ? static_cast<uint64_t>(seed) : absl::Uniform<uint64_t>(absl::BitGen());
   ESTUARY_ASSIGN_OR_RETURN(sampling.stop_token_ids, ParseIds(absl::GetFlag(FLAGS_stop_token_ids)));
   return sampling;
 }
@@ -317,6 +432,7 @@ absl::Status Client() {
   ESTUARY_RETURN_IF_ERROR(options.sampling.Validate());
   options.stream = absl::GetFlag(FLAGS_stream);
   options.json = absl::GetFlag(FLAGS_json);
+  options.api_key = rpc::ApiKeyFromFlagOrEnv(absl::GetFlag(FLAGS_api_key));
   return RunClient(options);
 }
 
@@ -329,6 +445,11 @@ absl::Status BenchServe() {
   options.output_len = absl::GetFlag(FLAGS_output_len);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.json = absl::GetFlag(FLAGS_json);
+  options.backend = absl::GetFlag(FLAGS_backend);
+  options.endpoint = absl::GetFlag(FLAGS_endpoint);
+  options.max_concurrency = absl::GetFlag(FLAGS_max_concurrency);
+  options.result_file = absl::GetFlag(FLAGS_result_file);
+  options.api_key = rpc::ApiKeyFromFlagOrEnv(absl::GetFlag(FLAGS_api_key));
   return RunBenchServe(options);
 }
 
@@ -353,16 +474,23 @@ absl::Status Synth() {
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
   if (argc < 2 || argv[1][0] == '-') {
-    std::fprintf(stderr, "%s\n", kUsage);
-    return argc < 2 ? 2 : (std::strcmp(argv[1], "--help") == 0 ? 0 : 2);
+    const bool help = argc >= 2 && (std::strcmp(argv[1], "--help") == 0 ||
+                                    std::strcmp(argv[1], "-h") == 0);
+    std::fputs(Usage().c_str(), help ? stdout : stderr);
+    return help ? 0 : 2;
   }
   const std::string command = argv[1];
+  const process::CommandFlags* flags = FindEstuaryCommand(command);
+  if (flags == nullptr) {
+    std::fprintf(stderr, "error: unknown command '%s'\n%s", command.c_str(), Usage().c_str());
+    return 2;
+  }
   // `up` takes SIGINT / SIGTERM synchronously; they must be blocked before any thread starts.
   if (command == "up") process::BlockTerminationSignals();
-  // The subcommand takes argv[0]'s place so that absl parses only its flags.
-  process::ParseFlags(argc - 1, argv + 1);
+  // The subcommand takes argv[0]'s place; its flags are checked against its own table.
+  const std::set<std::string> given =
+      process::ParseCommandFlags(argc - 1, argv + 1, *flags, EstuaryCommands());
   absl::Status status;
   if (command == "generate") {
     status = Generate();
@@ -371,7 +499,7 @@ int Main(int argc, char** argv) {
   } else if (command == "synth") {
     status = Synth();
   } else if (command == "up") {
-    status = Up();
+    status = Up(given);
   } else if (command == "client") {
     status = Client();
   } else if (command == "bench-serve") {
@@ -385,7 +513,7 @@ int Main(int argc, char** argv) {
   } else if (command == "bench-decode") {
     status = BenchDecode();
   } else {
-    std::fprintf(stderr, "unknown command '%s'\n%s\n", command.c_str(), kUsage);
+    std::fprintf(stderr, "error: no runner for command '%s'\n", command.c_str());
     return 2;
   }
   if (!status.ok()) {

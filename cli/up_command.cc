@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -18,6 +19,8 @@
 #include "core/common/status_macros.h"
 #include "estuary/v1/inference.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "rpc/api_key.h"
+#include "process/byte_size.h"
 #include "process/ready_file.h"
 #include "process/signals.h"
 
@@ -40,6 +43,10 @@ absl::StatusOr<std::string> FindSibling(const std::string& name, const std::stri
                                           " (build it: cmake --build build --target ", name, ")"));
 }
 
+void Append(std::vector<std::string>& flags, const std::vector<std::string>& more) {
+  flags.insert(flags.end(), more.begin(), more.end());
+}
+
 struct Member {
   std::string name;
   std::unique_ptr<ChildProcess> process;
@@ -55,14 +62,15 @@ absl::StatusOr<Member> Launch(const std::string& name, const std::string& binary
 
 // Waits until the router reports a decode TP size, and a prefill one when `prefill` workers were
 // started (its registry has the roles asked for).
-absl::Status WaitForRegistrations(const std::string& router, bool prefill,
-                                  absl::Duration timeout) {
+absl::Status WaitForRegistrations(const std::string& router, const std::string& api_key,
+                                  bool prefill, absl::Duration timeout) {
   auto stub = estuary::v1::Inference::NewStub(
       grpc::CreateChannel(router, grpc::InsecureChannelCredentials()));
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    rpc::AttachApiKey(context, api_key);
     estuary::v1::ModelInfo info;
     if (stub->GetModelInfo(&context, {}, &info).ok() &&
         (!prefill || info.prefill_tp_size() > 0) && info.decode_tp_size() > 0) {
@@ -113,7 +121,13 @@ absl::Status ValidateUpOptions(const UpOptions& options) {
       options.tp_decode > 64) {
     return absl::InvalidArgumentError("--tp-prefill and --tp-decode must be in [1, 64]");
   }
-  if (options.kv_cache_bytes <= 0) return absl::InvalidArgumentError("--kv-cache-bytes must be > 0");
+  if (options.kv_cache_bytes <= 0) {
+    return absl::InvalidArgumentError("--kv-cache-memory must be > 0");
+  }
+  if (options.metrics_port < -1 || options.metrics_port > 65535 - 33) {
+    return absl::InvalidArgumentError(absl::StrCat("--metrics-port = ", options.metrics_port,
+                                                   " outside [-1, 65502]"));
+  }
   return absl::OkStatus();
 }
 
@@ -136,19 +150,30 @@ absl::Status RunUp(const UpOptions& options) {
     return absl::Status(status.code(), absl::StrCat(status.message(), " (logs in ",
                                                     log_dir.string(), ")"));
   };
-  absl::StatusOr<Member> router = Launch(
-      "router", router_binary,
-      {"--model", options.model, "--host", options.host, "--port", std::to_string(options.port),
-       "--policy", options.policy, "--local-prefill-max-tokens",
-       std::to_string(options.local_prefill_max_tokens), "--shutdown-timeout",
-       absl::FormatDuration(options.shutdown_timeout)},
-      log_dir);
+  // Member i's --metrics-port (the router is member 0).
+  auto metrics_flags = [&](int i) -> std::vector<std::string> {
+    if (options.metrics_port < 0) return {};
+    const int port = options.metrics_port == 0 ? 0 : options.metrics_port + i;
+    return {"--metrics-port", std::to_string(port)};
+  };
+  std::vector<std::string> router_flags = {
+      "--model", options.model, "--host", options.host, "--port", std::to_string(options.port),
+      "--policy", options.policy, "--local-prefill-max-tokens",
+      std::to_string(options.local_prefill_max_tokens), "--shutdown-timeout",
+      absl::FormatDuration(options.shutdown_timeout)};
+  Append(router_flags, metrics_flags(0));
+  // The key reaches the router through its environment ($ESTUARY_API_KEY), not its argv
+  // (which every local user can read in /proc).
+  if (!options.api_key.empty()) ::setenv(rpc::kApiKeyEnv, options.api_key.c_str(), 1);
+  Append(router_flags, options.router_flags);
+  absl::StatusOr<Member> router = Launch("router", router_binary, router_flags, log_dir);
   if (!router.ok()) return fail(router.status());
   const std::string router_address = router->address;
   members.push_back(std::move(*router));
   const std::vector<std::string> common = {
       "--model", options.model, "--host", options.host, "--router", router_address,
-      "--ucx-tls", options.ucx_tls, "--kv-cache-bytes", std::to_string(options.kv_cache_bytes),
+      "--ucx-tls", options.ucx_tls,
+      "--kv-cache-memory", process::FormatByteSize(options.kv_cache_bytes),
       "--shutdown-timeout", absl::FormatDuration(options.shutdown_timeout)};
   for (int i = 0; i < options.decode + options.prefill; ++i) {
     const bool decode = i < options.decode;
@@ -156,6 +181,8 @@ absl::Status RunUp(const UpOptions& options) {
     flags.insert(flags.end(), {"--tensor-parallel-size",
                                std::to_string(decode ? options.tp_decode : options.tp_prefill)});
     if (decode && options.river) flags.push_back("--river");
+    Append(flags, metrics_flags(i + 1));
+    Append(flags, decode ? options.decode_flags : options.prefill_flags);
     if (!options.device.is_cpu()) {
       flags.insert(flags.end(), {"--device", absl::StrCat("cuda:", options.device.ordinal + i),
                                  "--kv-transport", "nccl"});
@@ -167,7 +194,7 @@ absl::Status RunUp(const UpOptions& options) {
     members.push_back(std::move(*member));
   }
   if (absl::Status registered =
-          WaitForRegistrations(router_address, options.prefill > 0, kStartTimeout);
+          WaitForRegistrations(router_address, options.api_key, options.prefill > 0, kStartTimeout);
       !registered.ok()) {
     return fail(registered);
   }

@@ -14,10 +14,11 @@ namespace estuary {
 
 // One request's state, owned by the engine thread.
 struct DecodeEngine::Sequence {
-  Sequence(DecodeRequest r, KvPool* pool, int64_t arrival_order, float threshold)
+  Sequence(DecodeRequest r, KvPool* pool, int64_t arrival_order, float threshold,
+           std::vector<int32_t> eos_ids)
       : request(std::move(r)),
         tokens(request.prompt_ids),
-        sampler(request.sampling),
+        sampler(request.sampling, std::move(eos_ids)),
         kv(pool),
         arrival(arrival_order),
         exit_threshold(threshold) {}
@@ -44,7 +45,7 @@ struct DecodeEngine::Sequence {
 struct DecodeEngine::Reserved {
   std::unique_ptr<Sequence> sequence;
   absl::Time lease_deadline;
-  int32_t first_token = -1;
+  SampledToken first_token;
 };
 
 absl::Status DecodeEngineOptions::Validate(const LlamaConfig& config) const {
@@ -152,7 +153,8 @@ std::unique_ptr<DecodeEngine::Sequence> DecodeEngine::NewSequence(DecodeRequest 
   const bool exits = use_river_ && !request.exit_disabled;
   const float tau = exits ? request.exit_threshold.value_or(options_.exit.default_threshold) : 2.0f;
   const int64_t arrival = arrivals_.fetch_add(1);
-  return std::make_unique<Sequence>(std::move(request), pool_.get(), arrival, tau);
+  return std::make_unique<Sequence>(std::move(request), pool_.get(), arrival, tau,
+                                    model_.config().eos_ids);
 }
 
 absl::StatusOr<DecodeEngine::Reservation> DecodeEngine::Reserve(DecodeRequest request,
@@ -177,11 +179,26 @@ absl::StatusOr<DecodeEngine::Reservation> DecodeEngine::Reserve(DecodeRequest re
 }
 
 absl::Status DecodeEngine::CompleteReservation(const std::string& request_id, int32_t first_token,
-                                               absl::Span<const uint8_t> provenance) {
-  if (first_token < 0 || first_token >= model_.config().vocab_size) {
+                                               absl::Span<const uint8_t> provenance,
+                                               std::optional<TokenLogprobs> first_token_logprobs) {
+  const int32_t vocab = model_.config().vocab_size;
+  auto outside = [vocab](int32_t id) { return id < 0 || id >= vocab; };
+  if (outside(first_token)) {
     return absl::InvalidArgumentError(absl::StrCat("first token ", first_token,
-                                                   " outside the vocabulary [0, ",
-                                                   model_.config().vocab_size, ")"));
+                                                   " outside the vocabulary [0, ", vocab, ")"));
+  }
+  if (first_token_logprobs.has_value()) {
+    if (first_token_logprobs->top.size() > static_cast<size_t>(kMaxLogprobs)) {
+      return absl::InvalidArgumentError(absl::StrCat("first token log-probabilities name ",
+                                                     first_token_logprobs->top.size(),
+                                                     " tokens; at most ", kMaxLogprobs));
+    }
+    for (const TokenLogprob& t : first_token_logprobs->top) {
+      if (outside(t.id)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "first token log-probabilities name token ", t.id, " outside the vocabulary"));
+      }
+    }
   }
   absl::MutexLock lock(&reservations_mu_);
   auto it = reservations_.find(request_id);
@@ -196,7 +213,7 @@ absl::Status DecodeEngine::CompleteReservation(const std::string& request_id, in
                                                    " slots for a prompt of ", prompt));
   }
   for (int pos = 0; pos < prompt; ++pos) s.kv.SetProvenance(pos, provenance[static_cast<size_t>(pos)]);
-  it->second->first_token = first_token;
+  it->second->first_token = SampledToken{first_token, std::move(first_token_logprobs)};
   completed_.push_back(std::move(it->second));
   reservations_.erase(it);
   return absl::OkStatus();
@@ -232,7 +249,7 @@ void DecodeEngine::DrainReservations() {
     Sequence& s = *r->sequence;
     s.kv.set_length(s.PrefillTarget());
     running_.push_back(std::move(r->sequence));
-    EmitToken(s, r->first_token, model_.config().n_layers);
+    EmitToken(s, std::move(r->first_token), model_.config().n_layers);
   }
 }
 
@@ -472,7 +489,7 @@ bool DecodeEngine::TokenOnDevice(const Sequence& s) const {
 void DecodeEngine::TakeToken(Sequence& s, const BatchEntry& entry, const EntryOutcome& outcome,
                              std::vector<float>& logits, size_t& logit_row) {
   if (!entry.want_logits) {
-    EmitToken(s, outcome.argmax, outcome.backbone_layers);
+    EmitToken(s, SampledToken{outcome.argmax, std::nullopt}, outcome.backbone_layers);
     return;
   }
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
@@ -482,11 +499,12 @@ void DecodeEngine::TakeToken(Sequence& s, const BatchEntry& entry, const EntryOu
 }
 
 void DecodeEngine::AcceptToken(Sequence& s, absl::Span<float> logits, int backbone_layers) {
-  EmitToken(s, s.sampler.Sample(logits, s.tokens), backbone_layers);
+  EmitToken(s, s.sampler.Sample(logits, s.tokens, s.generated), backbone_layers);
 }
 
-void DecodeEngine::EmitToken(Sequence& s, int32_t next, int backbone_layers) {
+void DecodeEngine::EmitToken(Sequence& s, SampledToken token, int backbone_layers) {
   const LlamaConfig& c = model_.config();
+  const int32_t next = token.id;
   if (const auto end = EndsSequence(c, s.sampler, next, s.request.ignore_eos)) {
     return Finish(s, *end, absl::OkStatus());
   }
@@ -496,6 +514,7 @@ void DecodeEngine::EmitToken(Sequence& s, int32_t next, int backbone_layers) {
   event.request_id = s.request.request_id;
   event.token_id = next;
   event.backbone_layers = backbone_layers;
+  event.logprobs = std::move(token.logprobs);
   sink_(event);
   if (s.generated >= s.request.max_tokens) {
     Finish(s, FinishReason::kLength, absl::OkStatus());

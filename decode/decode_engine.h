@@ -99,9 +99,12 @@ class DecodeEngine {
   absl::StatusOr<Reservation> Reserve(DecodeRequest request, absl::Duration lease);
   // `provenance` has one byte per prompt position (kvcache/kv_pool.h). NOT_FOUND when the
   // reservation is unknown (expired, aborted, or never made); INVALID_ARGUMENT for a token
-  // outside the vocabulary or a provenance of the wrong length.
+  // outside the vocabulary, a provenance of the wrong length, or log-probabilities that name
+  // ids outside the vocabulary or more than kMaxLogprobs of them. `first_token_logprobs` (from
+  // the prefill side, when the request asked for logprobs) travels with the first token.
   absl::Status CompleteReservation(const std::string& request_id, int32_t first_token,
-                                   absl::Span<const uint8_t> provenance);
+                                   absl::Span<const uint8_t> provenance,
+                                   std::optional<TokenLogprobs> first_token_logprobs = {});
   // Reservations still waiting for their KV.
   int reserved() const;
 
@@ -117,6 +120,8 @@ class DecodeEngine {
   const KvPool& pool() const { return *pool_; }
   KvPool& mutable_pool() { return *pool_; }
   int running() const { return static_cast<int>(running_.size()); }
+  // Sequences queued for the batch (new and preempted). Engine thread.
+  int waiting() const { return static_cast<int>(waiting_.size()); }
   int64_t preemptions() const { return preemptions_; }
 
  private:
@@ -135,7 +140,7 @@ class DecodeEngine {
   // Moves completed reservations into the running batch and expires lapsed leases.
   void DrainReservations();
   // Emits `token` for `sequence` (or ends it on EOS / a stop token) and retires it when done.
-  void EmitToken(Sequence& sequence, int32_t token, int backbone_layers);
+  void EmitToken(Sequence& sequence, SampledToken token, int backbone_layers);
   // Submit's checks; also used by Reserve.
   absl::Status ValidateRequest(const DecodeRequest& request) const;
   std::unique_ptr<Sequence> NewSequence(DecodeRequest request);

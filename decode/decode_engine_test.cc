@@ -46,7 +46,7 @@ class DecodeEngineGoldenTest : public ::testing::TestWithParam<std::string> {};
 // Exit disabled: the paged, batched engine reproduces the golden ids one request at a time and
 // with every golden prompt of the model in one batch.
 TEST_P(DecodeEngineGoldenTest, ReproducesGoldenIdsAtBatchOneAndAllTogether) {
-  auto loaded = LoadModel("../shared/models/" + GetParam());
+  auto loaded = LoadModel("models/" + GetParam());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const std::vector<GoldenCase> cases = LoadGolden(GetParam());
   ASSERT_FALSE(cases.empty());
@@ -90,7 +90,7 @@ TEST_P(DecodeEngineGoldenTest, TensorParallelSizeTwo) {
   const std::vector<GoldenCase> cases = LoadGolden(GetParam());
   std::map<int, std::map<std::string, std::vector<int32_t>>> river_tokens;
   for (const int tp : {2, 1}) {
-    auto loaded = LoadModel("../shared/models/" + GetParam());
+    auto loaded = LoadModel("models/" + GetParam());
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     ShardedModelOptions sharding;
     sharding.tp_size = tp;
@@ -131,7 +131,7 @@ TEST_P(DecodeEngineGoldenTest, TensorParallelSizeTwo) {
 // A pool too small for everyone at once forces preemption; aborts end two requests. Every
 // surviving request still produces exactly what it produces alone, and every page comes back.
 TEST(DecodeEngineTest, PreemptionAbortAndPoolAccounting) {
-  auto loaded = LoadModel("../shared/models/stories260K");
+  auto loaded = LoadModel("models/stories260K");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const std::vector<GoldenCase> cases = LoadGolden("stories260K");
   DecodeEngineOptions options;
@@ -174,7 +174,7 @@ TEST(DecodeEngineTest, PreemptionAbortAndPoolAccounting) {
 // say so, and per-request thresholds are honoured (a request with exit disabled stays on the
 // backbone when it runs alone).
 TEST(DecodeEngineTest, RiverCountersAndPerRequestThresholds) {
-  auto loaded = LoadModel("../shared/models/stories12L");
+  auto loaded = LoadModel("models/stories12L");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   auto river = River::Build(loaded->model->weights(), Int4QuantOptions());
   ASSERT_TRUE(river.ok());
@@ -214,7 +214,7 @@ TEST(DecodeEngineTest, RiverCountersAndPerRequestThresholds) {
 // A second request with the same long prompt reuses the first one's full pages (prefix cache)
 // and produces the same greedy output.
 TEST(DecodeEngineTest, PrefixCacheReusesFullPromptPages) {
-  auto loaded = LoadModel("../shared/models/stories260K");
+  auto loaded = LoadModel("models/stories260K");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const std::vector<GoldenCase> cases = LoadGolden("stories260K");
   const GoldenCase& long_case = cases.back();  // an 88-token prompt: five full pages of 16
@@ -236,7 +236,7 @@ TEST(DecodeEngineTest, PrefixCacheReusesFullPromptPages) {
 }
 
 TEST(DecodeEngineTest, RejectsBadRequestsNamingTheLimit) {
-  auto loaded = LoadModel("../shared/models/stories260K");
+  auto loaded = LoadModel("models/stories260K");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   Collector collector;
   auto engine = DecodeEngine::Create(*loaded->model, nullptr, DecodeEngineOptions(),
@@ -256,7 +256,7 @@ TEST(DecodeEngineTest, RejectsBadRequestsNamingTheLimit) {
 
 // A prompt larger than the whole pool fails alone with RESOURCE_EXHAUSTED.
 TEST(DecodeEngineTest, PromptLargerThanThePoolFailsAlone) {
-  auto loaded = LoadModel("../shared/models/stories260K");
+  auto loaded = LoadModel("models/stories260K");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   DecodeEngineOptions options;
   options.kv_cache_bytes = 2 * 20 * 1024;  // 2 pages = 32 tokens
@@ -275,7 +275,7 @@ TEST(DecodeEngineTest, PromptLargerThanThePoolFailsAlone) {
 // worker, its pages are copied into the reserved ones layer by layer (what a transport's puts
 // do), then the completion hands over the first token. The engine continues with the golden ids.
 TEST(DecodeEngineReservationTest, PushedKvContinuesIntoTheGoldenIds) {
-  auto loaded = LoadModel("../shared/models/stories260K");
+  auto loaded = LoadModel("models/stories260K");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const LlamaModel& model = *loaded->model;
   const std::vector<GoldenCase> cases = LoadGolden("stories260K");
@@ -324,7 +324,7 @@ TEST(DecodeEngineReservationTest, PushedKvContinuesIntoTheGoldenIds) {
 // A completion that never comes: the lease ends, the request fails with DEADLINE_EXCEEDED at
 // the next step, and the pages return to the pool. An aborted reservation frees them too.
 TEST(DecodeEngineReservationTest, LeaseExpiryAndAbortReturnThePages) {
-  auto loaded = LoadModel("../shared/models/stories260K");
+  auto loaded = LoadModel("models/stories260K");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   DecodeEngineOptions options;
   options.kv_cache_bytes = int64_t{1} << 20;
@@ -353,7 +353,7 @@ TEST(DecodeEngineReservationTest, LeaseExpiryAndAbortReturnThePages) {
 // Asking for a GPU engine fails cleanly where there is none: UNIMPLEMENTED in a build without
 // CUDA (naming the build flag), UNAVAILABLE in a CUDA build on a machine without that device.
 TEST(DecodeEngineDeviceTest, GpuEngineWithoutGpuFailsCleanly) {
-  auto loaded = LoadModel("../shared/models/stories260K");
+  auto loaded = LoadModel("models/stories260K");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   DecodeEngineOptions options;
   options.cuda_device = 7;

@@ -29,6 +29,7 @@ struct TokenEvent {
   std::string request_id;
   int32_t token_id = -1;        // -1 on a final event that carries no token
   int backbone_layers = 0;      // layers this token ran on the backbone (n_layers: full depth)
+  std::optional<TokenLogprobs> logprobs;  // when the request asked for logprobs
   bool finished = false;
   FinishReason finish_reason = FinishReason::kLength;
   absl::Status status;          // CANCELLED on abort, RESOURCE_EXHAUSTED if it can never fit

@@ -11,6 +11,7 @@
 #include "kvtransfer/fingerprint.h"
 #include "rpc/status_convert.h"
 #include "rpc/worker_request.h"
+#include "worker/engine_metrics.h"
 #include "worker/worker_process.h"
 
 namespace estuary {
@@ -34,18 +35,14 @@ struct DecodeMetrics {
     for (int l : {40, 48, 56, 64, 80, 96, 112, 128}) bounds.push_back(l);
     return bounds;
   }
+  // KV usage and prefix cache: worker/engine_metrics.h, shared with the prefill worker.
   void SetPool(const KvPool& pool, int reserved_requests) {
-    const KvPoolStats stats = pool.Stats();
-    kv_usage.Set(stats.num_pages > 0 ? static_cast<double>(stats.used_pages) / stats.num_pages : 0);
+    worker::EngineMetrics::Get().UpdatePool(pool);
     reserved.Set(reserved_requests);
   }
   common::MetricsRegistry& r = common::MetricsRegistry::Global();
-  common::Gauge& running = r.GetGauge("estuary:num_requests_running",
-                                      "Sequences in the decode batch.");
   common::Gauge& reserved = r.GetGauge("estuary:num_requests_reserved",
                                        "Reservations waiting for their KV from a prefill worker.");
-  common::Gauge& kv_usage = r.GetGauge("estuary:kv_cache_usage_perc",
-                                       "KV pool pages in use (1 = full).");
   common::Histogram& layers = r.GetHistogram(
       "estuary:backbone_layers_per_token", "Backbone layers each generated token ran.",
       LayerBounds());
@@ -75,7 +72,8 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(
       options, kvtransfer::MakeFingerprint(options.model_id, c.n_layers, c.n_kv_heads,
                                            c.head_dim, options.engine.block_size)));
   DecodeService* self = service.get();
-  DecodeMetrics::Get();  // registered up front: /metrics shows them before the first request
+  worker::EngineMetrics::Get();  // registered up front: /metrics shows them before the first
+  DecodeMetrics::Get();          // request
   ESTUARY_ASSIGN_OR_RETURN(
       service->engine_,
       DecodeEngine::Create(model, options.engine,
@@ -116,7 +114,8 @@ absl::Status DecodeService::StepOnce() {
   load.set_exit_rate(engine_->exit_stats().exit_rate());
   load.set_mean_backbone_layers(engine_->exit_stats().mean_backbone_layers());
   DecodeMetrics& metrics = DecodeMetrics::Get();
-  metrics.running.Set(load.running_sequences());
+  worker::EngineMetrics::Get().UpdateScheduler(engine_->running(), engine_->waiting(),
+                                               engine_->preemptions());
   metrics.exit_rate.Set(load.exit_rate());
   metrics.SetPool(engine_->pool(), engine_->reserved());
   const std::vector<int64_t>& layers = engine_->exit_stats().histogram();
@@ -139,10 +138,15 @@ void DecodeService::OnCompletion(const estuary::v1::KvCompletion& completion) {
     engine_->Abort(id);
   } else {
     const std::string& provenance = completion.provenance();
+    std::optional<TokenLogprobs> logprobs;
+    if (completion.has_first_token_logprobs()) {
+      logprobs = rpc::LogprobsFromProto(completion.first_token_logprobs());
+    }
     const absl::Status status = engine_->CompleteReservation(
         id, completion.first_token(),
         absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(provenance.data()),
-                            provenance.size()));
+                            provenance.size()),
+        std::move(logprobs));
     if (!status.ok()) {
       ESTUARY_LOG(WARNING) << "completion for " << id << " refused: " << status;
       engine_->Abort(id);
@@ -208,6 +212,7 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* context,
       if (e.token_id >= 0) {
         response.add_token_ids(e.token_id);
         response.add_backbone_layers(e.backbone_layers);
+        if (e.logprobs) rpc::LogprobsToProto(*e.logprobs, response.add_logprobs());
       }
       if (e.finished) {
         finished = true;

@@ -8,10 +8,13 @@
 //                  [--host 0.0.0.0 --advertise-address A] [--router HOST:PORT]
 //                  [--shutdown-timeout 30s] [--engine-stall-timeout 60s] [--max-failed-steps 3]
 //                  [--device cuda[:N] --kv-transport nccl]   (a CUDA build: steps on the GPU)
+//                  [--max-model-len L] [--kv-cache-memory 2GiB] [--dtype f32|bf16]
+// Its flags: cli/command_tables.cc (DecodeWorkerCommand); `estuary-decode --help` lists them.
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "cli/command_tables.h"
 #include "core/common/status_macros.h"
 #include "decode/decode_service.h"
 #include "process/process_main.h"
@@ -33,7 +36,7 @@ absl::Status Run() {
   ESTUARY_RETURN_IF_ERROR(worker::ValidateWorkerProcessOptions(process));
   DecodeServiceOptions options;
   options.model_id = process.model_id;
-  options.engine.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  ESTUARY_ASSIGN_OR_RETURN(options.engine.kv_cache_bytes, worker::KvCacheBytesFromFlags(process));
   options.engine.block_size = absl::GetFlag(FLAGS_block_size);
   options.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   options.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
@@ -58,6 +61,9 @@ absl::Status Run() {
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DecodeService> service,
                            DecodeService::Create(*model, *transport, options));
   DecodeService* decode = service.get();
+  worker::LogKvCapacity("decode", worker::HooksOf(decode).load().total_pages(),
+                        options.engine.block_size, model->config().max_seq_len,
+                        options.engine.max_num_seqs, options.engine.kv_cache_bytes);
   return worker::ServeWorker(
       process,
       worker::MakeWorkerInfo(estuary::v1::WORKER_ROLE_DECODE, "", process, model->config(),
@@ -69,5 +75,6 @@ absl::Status Run() {
 }  // namespace estuary
 
 int main(int argc, char** argv) {
-  return estuary::process::ProcessMain(argc, argv, "estuary-decode", estuary::Run);
+  return estuary::process::ProcessMain(argc, argv, estuary::cli::DecodeWorkerCommand(),
+                                      estuary::Run, estuary::cli::ServerCommands());
 }

@@ -329,7 +329,8 @@ absl::Status KvPusher::Send(const estuary::v1::KvCompletion& completion, absl::T
 }
 
 absl::Status KvPusher::Complete(int32_t first_token, absl::Span<const uint8_t> provenance,
-                                int num_tokens) {
+                                int num_tokens,
+                                const estuary::v1::TokenLogprobs* first_token_logprobs) {
   if (num_tokens != num_prompt_tokens_ || provenance.size() != static_cast<size_t>(num_tokens)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Complete: ", num_tokens, " tokens with ", provenance.size(),
@@ -348,6 +349,7 @@ absl::Status KvPusher::Complete(int32_t first_token, absl::Span<const uint8_t> p
   c.set_first_token(first_token);
   c.set_provenance(std::string(provenance.begin(), provenance.end()));
   c.set_status_code(0);
+  if (first_token_logprobs != nullptr) *c.mutable_first_token_logprobs() = *first_token_logprobs;
   if (absl::Status s = Send(c, deadline_, 1); !s.ok()) {
     RecordFailure(s);
     return s;

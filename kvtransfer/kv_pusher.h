@@ -130,9 +130,11 @@ class KvPusher {
 
   // Flushes every endpoint this request used, then sends the KvCompletion (status OK) to the
   // decode worker. `provenance` has num_tokens bytes; num_tokens must be num_prompt_tokens.
+  // `first_token_logprobs` (may be null) travels with the first token.
   // Returns the first error (the request is then failed; call Abort()).
-  [[nodiscard]] absl::Status Complete(int32_t first_token, absl::Span<const uint8_t> provenance,
-                                      int num_tokens);
+  [[nodiscard]] absl::Status Complete(
+      int32_t first_token, absl::Span<const uint8_t> provenance, int num_tokens,
+      const estuary::v1::TokenLogprobs* first_token_logprobs = nullptr);
 
   // Best effort: flushes the healthy endpoints (so no put lands after the decode worker freed the
   // pages) and sends a KvCompletion carrying `reason`'s code (an OK reason becomes ABORTED),

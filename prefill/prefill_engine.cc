@@ -14,8 +14,11 @@ namespace estuary {
 
 // One request's state, owned by the engine thread.
 struct PrefillEngine::Sequence {
-  Sequence(PrefillRequest r, KvPool* pool, float threshold)
-      : request(std::move(r)), sampler(request.sampling), kv(pool), exit_threshold(threshold) {}
+  Sequence(PrefillRequest r, KvPool* pool, float threshold, std::vector<int32_t> eos_ids)
+      : request(std::move(r)),
+        sampler(request.sampling, std::move(eos_ids)),
+        kv(pool),
+        exit_threshold(threshold) {}
 
   int prompt_len() const { return static_cast<int>(request.prompt_ids.size()); }
 
@@ -25,6 +28,7 @@ struct PrefillEngine::Sequence {
   float exit_threshold;
   std::vector<int> chunk_backbone_layers;
   int32_t first_token = -1;
+  std::optional<TokenLogprobs> first_token_logprobs;
   bool finished = false;
 };
 
@@ -124,7 +128,8 @@ void PrefillEngine::DrainInbox() {
     const float tau = options_.prefill_exit
                           ? request.exit_threshold.value_or(options_.exit.default_threshold)
                           : 2.0f;
-    waiting_.push_back(std::make_unique<Sequence>(std::move(request), pool_.get(), tau));
+    waiting_.push_back(std::make_unique<Sequence>(std::move(request), pool_.get(), tau,
+                                                  model_.config().eos_ids));
   }
   for (const std::string& id : aborts) {
     auto cancel = [&](auto& sequences) {
@@ -275,8 +280,10 @@ absl::Status PrefillEngine::RunBatch(bool* ran) {
     prefill_tokens_ += chunk_end[i] - chunk_begin[i];
     if (!last_chunk[i]) continue;
     if (entries[i].want_logits) {
-      s.first_token = s.sampler.Sample(absl::MakeSpan(logits.data() + logit_row * vocab, vocab),
-                                       s.request.prompt_ids);
+      SampledToken first = s.sampler.Sample(
+          absl::MakeSpan(logits.data() + logit_row * vocab, vocab), s.request.prompt_ids, 0);
+      s.first_token = first.id;
+      s.first_token_logprobs = std::move(first.logprobs);
       ++logit_row;
     } else {
       s.first_token = outcomes[i].argmax;
@@ -292,7 +299,10 @@ void PrefillEngine::Finish(Sequence& s, absl::Status status) {
   PrefillDone done;
   done.request_id = s.request.request_id;
   done.status = std::move(status);
-  if (done.status.ok()) done.first_token = s.first_token;
+  if (done.status.ok()) {
+    done.first_token = s.first_token;
+    done.first_token_logprobs = std::move(s.first_token_logprobs);
+  }
   done.num_tokens = s.kv.length();
   done.pages = s.kv.pages();
   done.provenance.reserve(static_cast<size_t>(done.num_tokens));

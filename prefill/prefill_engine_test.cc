@@ -529,7 +529,7 @@ TEST_F(PrefillEngineTest, ADroppedDoneEventReturnsThePagesAtOnce) {
 // The benchmark's code path on the tiny model (the real run is `estuary bench-prefill --model ...`).
 TEST(BenchPrefillTest, MeasuresPrefillAndTheGemmsOnATinyModel) {
   BenchPrefillOptions options;
-  options.model_path = "../shared/models/stories260K";
+  options.model_path = "models/stories260K";
   options.prompt_tokens = 40;
   options.max_num_batched_tokens = 16;
   options.matmul_iterations = 1;

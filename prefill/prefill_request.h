@@ -54,6 +54,7 @@ struct PrefillDone {
   std::string request_id;
   absl::Status status;            // OK; CANCELLED, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ...
   int32_t first_token = -1;       // sampled from the last prompt position's logits (OK only)
+  std::optional<TokenLogprobs> first_token_logprobs;  // when the request asked for logprobs
   int num_tokens = 0;             // prompt positions whose KV is in `pages` (the prompt on OK)
   std::vector<int32_t> pages;     // the page table: position p is in pages[p / block_size]
   std::vector<uint8_t> provenance;  // per position < num_tokens: last backbone layer, or

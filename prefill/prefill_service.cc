@@ -11,6 +11,7 @@
 #include "kvtransfer/fingerprint.h"
 #include "rpc/status_convert.h"
 #include "rpc/worker_request.h"
+#include "worker/engine_metrics.h"
 #include "worker/worker_process.h"
 
 namespace estuary {
@@ -55,7 +56,8 @@ absl::StatusOr<std::unique_ptr<PrefillService>> PrefillService::Create(
       kvtransfer::MakeFingerprint(options.model_id, c.n_layers, c.n_kv_heads, c.head_dim,
                                   options.engine.block_size)));
   PrefillService* self = service.get();
-  PrefillMetrics::Get();  // registered up front: /metrics shows them before the first request
+  worker::EngineMetrics::Get();  // registered up front: /metrics shows them before the first
+  PrefillMetrics::Get();         // request
   PrefillSink sink;
   sink.on_layer_ready = [self](const LayerReady& event) { self->OnLayerReady(event); };
   sink.on_done = [self](PrefillDone& done) { self->OnDone(done); };
@@ -85,6 +87,9 @@ absl::Status PrefillService::StepOnce() {
   }
   estuary::v1::WorkerLoad load;
   load.set_running_sequences(engine_->running() + engine_->waiting());
+  worker::EngineMetrics::Get().UpdateScheduler(engine_->running(), engine_->waiting(),
+                                               /*preemptions=*/0);  // prefill never preempts
+  worker::EngineMetrics::Get().UpdatePool(engine_->pool());
   absl::MutexLock lock(&load_mu_);
   load_ = load;
   return stepped;
@@ -176,7 +181,10 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   bool transfer_failed = done.status.ok() && !status.ok();
   const absl::Time computed = std::max(pending->last_layer, start);
   if (status.ok()) {
-    status = pending->pusher->Complete(done.first_token, done.provenance, done.num_tokens);
+    estuary::v1::TokenLogprobs logprobs;
+    if (done.first_token_logprobs) rpc::LogprobsToProto(*done.first_token_logprobs, &logprobs);
+    status = pending->pusher->Complete(done.first_token, done.provenance, done.num_tokens,
+                                       done.first_token_logprobs ? &logprobs : nullptr);
     transfer_failed = !status.ok();
   } else {
     (void)pending->pusher->Abort(status);

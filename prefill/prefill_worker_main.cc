@@ -6,8 +6,11 @@
 //                   [--max-num-batched-tokens T] [--ucx-tls tcp] [--ready-file F]
 //                  [--host 0.0.0.0 --advertise-address A] [--router HOST:PORT]
 //                  [--shutdown-timeout 30s] [--engine-stall-timeout 60s] [--max-failed-steps 3]
+//                  [--max-model-len L] [--kv-cache-memory 2GiB] [--dtype f32|bf16]
+// Its flags: cli/command_tables.cc (PrefillWorkerCommand); `estuary-prefill --help` lists them.
 
 #include "absl/flags/flag.h"
+#include "cli/command_tables.h"
 #include "core/common/status_macros.h"
 #include "prefill/prefill_service.h"
 #include "process/process_main.h"
@@ -21,7 +24,7 @@ absl::Status Run() {
   ESTUARY_RETURN_IF_ERROR(worker::ValidateWorkerProcessOptions(process));
   PrefillServiceOptions options;
   options.model_id = process.model_id;
-  options.engine.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  ESTUARY_ASSIGN_OR_RETURN(options.engine.kv_cache_bytes, worker::KvCacheBytesFromFlags(process));
   options.engine.block_size = absl::GetFlag(FLAGS_block_size);
   options.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   options.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
@@ -35,6 +38,9 @@ absl::Status Run() {
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<PrefillService> service,
                            PrefillService::Create(*model, *transport, options));
   PrefillService* prefill = service.get();
+  worker::LogKvCapacity("prefill", worker::HooksOf(prefill).load().total_pages(),
+                        options.engine.block_size, model->config().max_seq_len,
+                        options.engine.max_num_seqs, options.engine.kv_cache_bytes);
   return worker::ServeWorker(
       process,
       worker::MakeWorkerInfo(estuary::v1::WORKER_ROLE_PREFILL, "", process, model->config(),
@@ -46,5 +52,6 @@ absl::Status Run() {
 }  // namespace estuary
 
 int main(int argc, char** argv) {
-  return estuary::process::ProcessMain(argc, argv, "estuary-prefill", estuary::Run);
+  return estuary::process::ProcessMain(argc, argv, estuary::cli::PrefillWorkerCommand(),
+                                      estuary::Run, estuary::cli::ServerCommands());
 }

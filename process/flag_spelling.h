@@ -14,6 +14,8 @@ namespace estuary::process {
 std::vector<std::string> DashesToUnderscores(int argc, char** argv);
 
 // Parses `argv` (after the rewrite) with absl::ParseCommandLine; returns the positional arguments.
+// The binaries use ParseCommandFlags (process/command_flags.h) instead, which also checks argv
+// against the command's own flags.
 std::vector<std::string> ParseFlags(int argc, char** argv);
 
 }  // namespace estuary::process

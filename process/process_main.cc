@@ -2,18 +2,18 @@
 
 #include <cstdio>
 
-#include "process/flag_spelling.h"
 #include "process/signals.h"
 
 namespace estuary::process {
 
-int ProcessMain(int argc, char** argv, const char* program,
-                const std::function<absl::Status()>& run) {
+int ProcessMain(int argc, char** argv, const CommandFlags& command,
+                const std::function<absl::Status()>& run,
+                absl::Span<const CommandFlags> siblings) {
   BlockTerminationSignals();
-  ParseFlags(argc, argv);
+  ParseCommandFlags(argc, argv, command, siblings);
   const absl::Status status = run();
   if (!status.ok()) {
-    std::fprintf(stderr, "%s: %s\n", program, status.ToString().c_str());
+    std::fprintf(stderr, "%s: %s\n", command.program.c_str(), status.ToString().c_str());
     return 1;
   }
   return 0;

@@ -92,6 +92,17 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const estuary::v1::GenerateReques
   ESTUARY_RETURN_IF_ERROR(CheckTokenIds(
       "sampling.stop_token_ids", absl::MakeConstSpan(s.stop_token_ids().data(), s.stop_token_ids_size()),
       limits.vocab_size));
+  for (const auto& [id, bias] : s.logit_bias()) {
+    if (id < 0 || id >= limits.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("sampling.logit_bias names token ", id,
+                                                     ", outside the vocabulary [0, ",
+                                                     limits.vocab_size, ")"));
+    }
+  }
+  if (s.min_tokens() > prepared.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.min_tokens = ", s.min_tokens(),
+                                                   " exceeds max_tokens = ", prepared.max_tokens));
+  }
   if (s.stop_size() > kMaxStopStrings) {
     return absl::InvalidArgumentError(absl::StrCat("sampling.stop has ", s.stop_size(),
                                                    " strings; at most ", kMaxStopStrings));
@@ -119,6 +130,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const estuary::v1::GenerateReques
   prepared.sampling = s;
   prepared.sampling.set_max_tokens(prepared.max_tokens);
   prepared.sampling.clear_stop();
+  ApplyGenerationDefaults(limits.defaults, prepared.sampling);
   return prepared;
 }
 

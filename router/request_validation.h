@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/tokenizer/tokenizer.h"
+#include "router/generation_defaults.h"
 #include "estuary/v1/inference.pb.h"
 
 namespace estuary::router {
@@ -18,6 +19,7 @@ struct ModelLimits {
   int context_length = 0;  // prompt + generated tokens at most
   int vocab_size = 0;      // token ids in [0, vocab_size)
   int num_layers = 0;
+  GenerationDefaults defaults;  // what unset sampling fields become (generation_defaults.h)
 };
 
 inline constexpr int kMaxStopStrings = 16;
@@ -29,7 +31,8 @@ inline constexpr int kDefaultMaxTokens = 256;
 struct PreparedRequest {
   std::vector<int32_t> prompt_ids;  // BOS first for text input
   int max_tokens = 0;               // resolved: >= 1, prompt + max_tokens <= context
-  estuary::v1::SamplingParams sampling;  // as sent to workers: max_tokens resolved, no stop strings
+  // As sent to workers: max_tokens resolved, defaults and a seed filled in, no stop strings.
+  estuary::v1::SamplingParams sampling;
   estuary::v1::ExitParams exit;
   std::vector<std::string> stop;    // stop strings, matched on the detokenized text
 };

@@ -163,5 +163,67 @@ TEST_F(RequestValidationTest, RefusesExitThresholdsOutsideTheRange) {
   EXPECT_TRUE(PrepareRequest(request, *tokenizer_, *limits_).ok());
 }
 
+// Unset sampling fields get the served model's defaults (1.0 without a generation_config.json)
+// and a random seed; set fields are kept.
+TEST_F(RequestValidationTest, FillsSamplingDefaultsAndASeed) {
+  auto a = PrepareRequest(Text("x"), *tokenizer_, *limits_);
+  auto b = PrepareRequest(Text("x"), *tokenizer_, *limits_);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(a->sampling.has_temperature());
+  EXPECT_EQ(a->sampling.temperature(), 1.0f);
+  EXPECT_TRUE(a->sampling.has_seed());
+  EXPECT_NE(a->sampling.seed(), b->sampling.seed());
+  estuary::v1::GenerateRequest greedy = Text("x");
+  greedy.mutable_sampling()->set_temperature(0.0f);
+  greedy.mutable_sampling()->set_seed(3);
+  auto g = PrepareRequest(greedy, *tokenizer_, *limits_);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->sampling.temperature(), 0.0f);
+  EXPECT_EQ(g->sampling.seed(), 3u);
+
+  ModelLimits tuned = *limits_;
+  absl::StatusOr<GenerationDefaults> defaults =
+      ParseGenerationConfig(R"({"temperature": 0.6, "top_p": 0.9, "top_k": 40, "do_sample": true})");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  tuned.defaults = *defaults;
+  auto t = PrepareRequest(Text("x"), *tokenizer_, tuned);
+  ASSERT_TRUE(t.ok());
+  EXPECT_FLOAT_EQ(t->sampling.temperature(), 0.6f);
+  EXPECT_FLOAT_EQ(t->sampling.top_p(), 0.9f);
+  EXPECT_EQ(t->sampling.top_k(), 40);
+}
+
+TEST_F(RequestValidationTest, GenerationConfigErrorsNameTheField) {
+  EXPECT_FALSE(ParseGenerationConfig("[1]").ok());
+  EXPECT_FALSE(ParseGenerationConfig("{").ok());
+  absl::StatusOr<GenerationDefaults> bad = ParseGenerationConfig(R"({"temperature": "hot"})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("temperature"), absl::string_view::npos);
+  bad = ParseGenerationConfig(R"({"top_p": 3})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("top_p"), absl::string_view::npos);
+  EXPECT_TRUE(ParseGenerationConfig(R"({"bos_token_id": 1, "temperature": null})").ok());
+}
+
+TEST_F(RequestValidationTest, PenaltiesBiasMinTokensAndLogprobsAreChecked) {
+  estuary::v1::GenerateRequest request = Text("x");
+  request.mutable_sampling()->set_max_tokens(4);
+  request.mutable_sampling()->set_min_tokens(5);
+  EXPECT_NE(Refusal(request).find("min_tokens"), std::string::npos);
+  request = Text("x");
+  (*request.mutable_sampling()->mutable_logit_bias())[limits_->vocab_size] = 1.0f;
+  EXPECT_NE(Refusal(request).find("logit_bias"), std::string::npos);
+  request = Text("x");
+  request.mutable_sampling()->set_presence_penalty(3.0f);
+  EXPECT_NE(Refusal(request).find("presence_penalty"), std::string::npos);
+  request = Text("x");
+  request.mutable_sampling()->set_logprobs(21);
+  EXPECT_NE(Refusal(request).find("logprobs"), std::string::npos);
+  request = Text("x");
+  request.mutable_sampling()->set_logprobs(20);
+  (*request.mutable_sampling()->mutable_logit_bias())[3] = -100.0f;
+  EXPECT_TRUE(PrepareRequest(request, *tokenizer_, *limits_).ok());
+}
+
 }  // namespace
 }  // namespace estuary::router

@@ -15,6 +15,9 @@
 //                  [--discover-workers NAME:PORT,...] [--shutdown-timeout 30s]
 //                  [--http-port P] [--http-max-concurrent-requests N] [--http-max-body-bytes B]
 //                  [--http-request-timeout D] [--http-read-timeout D]
+//                  [--api-key KEY] [--served-model-name NAME] [--max-model-len L]
+//                  [--chat-template FILE]
+// Its flags: cli/command_tables.cc (RouterCommand); `estuary-router --help` lists them.
 
 #include <algorithm>
 #include <atomic>
@@ -31,9 +34,12 @@
 #include "absl/time/time.h"
 #include "core/common/logging.h"
 #include "core/common/status_macros.h"
+#include "router/openai/chat_prompt.h"
 #include "router/openai/openai_server.h"
 #include "router/router_options.h"
 #include "router/router_service.h"
+#include "cli/command_tables.h"
+#include "rpc/api_key.h"
 #include "rpc/grpc_server.h"
 #include "rpc/metrics_http.h"
 #include "process/process_main.h"
@@ -42,7 +48,16 @@
 
 ABSL_FLAG(std::string, model, "", "model folder (llama2.c or Hugging Face): tokenizer and config");
 ABSL_FLAG(std::string, model_id, "",
-          "served model name (workers must register with it); default: the model folder's name");
+          "the model's id, which workers must register with; default: the model folder's name");
+ABSL_FLAG(std::string, served_model_name, "",
+          "the model name clients see and send (ListModels, /v1/models, a request's `model`); "
+          "default: --model-id");
+ABSL_FLAG(std::string, api_key, "",
+          "clients must send `authorization: Bearer KEY` (gRPC metadata; HTTP header: else 401, "
+          "but /health, /live, /metrics stay open); default: $ESTUARY_API_KEY, else no key");
+ABSL_FLAG(int, max_model_len, 0,
+          "prompt + max_tokens per request at most (vLLM's name); 0 = the model's context "
+          "length; beyond: INVALID_ARGUMENT / HTTP 400");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on (0.0.0.0 for all)");
 ABSL_FLAG(int, port, 50051, "gRPC port; 0 = any free port (see --ready-file)");
 ABSL_FLAG(std::string, policy, "least_loaded",
@@ -76,6 +91,10 @@ ABSL_FLAG(absl::Duration, http_request_timeout, absl::Minutes(10),
           "an HTTP generation request is given this long in all");
 ABSL_FLAG(absl::Duration, http_read_timeout, absl::Seconds(30),
           "an HTTP client that sends nothing for this long is dropped (also the write timeout)");
+ABSL_FLAG(std::string, chat_template, "",
+          "Jinja chat template file for /v1/chat/completions (Hugging Face chat_template syntax); "
+          "default: chat_template in the model folder's tokenizer_config.json; neither: those "
+          "requests get 400");
 
 namespace estuary::router {
 namespace {
@@ -114,10 +133,22 @@ absl::StatusOr<openai::OpenAiServerOptions> HttpOptionsFromFlags(const RouterOpt
 
 constexpr absl::Duration kHealthInterval = absl::Milliseconds(100);
 
+// The HTTP door's channel to this router's own Inference service: it checked the HTTP
+// Authorization header itself, and its calls carry the key the gRPC side checks.
+std::shared_ptr<grpc::Channel> InProcessChannel(grpc::Server& server, const std::string& api_key) {
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (!api_key.empty()) interceptors.push_back(rpc::ApiKeyInterceptorFactory(api_key));
+  return server.experimental().InProcessChannelWithInterceptors(grpc::ChannelArguments(),
+                                                                std::move(interceptors));
+}
+
 absl::StatusOr<RouterOptions> OptionsFromFlags() {
   RouterOptions options;
   options.model = absl::GetFlag(FLAGS_model);
   options.model_id = absl::GetFlag(FLAGS_model_id);
+  options.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  options.api_key = rpc::ApiKeyFromFlagOrEnv(absl::GetFlag(FLAGS_api_key));
+  options.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
   ESTUARY_ASSIGN_OR_RETURN(options.policy, ParsePolicy(absl::GetFlag(FLAGS_policy)));
@@ -140,7 +171,8 @@ absl::Status Run() {
   ESTUARY_ASSIGN_OR_RETURN(RouterOptions options, OptionsFromFlags());
   ESTUARY_ASSIGN_OR_RETURN(openai::OpenAiServerOptions http_options, HttpOptionsFromFlags(options));
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<RouterService> router, RouterService::Create(options));
-  http_options.served_model = router->model_id();
+  http_options.served_model = router->served_model_name();
+  http_options.api_key = options.api_key;
   http_options.context_length = router->limits().context_length;
   http_options.num_layers = router->limits().num_layers;
   ESTUARY_ASSIGN_OR_RETURN(rpc::RunningServer running,
@@ -148,10 +180,14 @@ absl::Status Run() {
   // The HTTP door calls the router's own Inference service through an in-process channel.
   std::unique_ptr<openai::OpenAiServer> http;
   if (http_options.port >= 0) {
+    ESTUARY_ASSIGN_OR_RETURN(
+        openai::ChatPromptFn chat_prompt,
+        openai::MakeChatPrompt(options.model, absl::GetFlag(FLAGS_chat_template), router->tokenizer()));
+    if (!chat_prompt) ESTUARY_LOG(INFO) << "no chat template: /v1/chat/completions answers 400";
     http = std::make_unique<openai::OpenAiServer>(
         http_options,
-        estuary::v1::Inference::NewStub(running.server->InProcessChannel(grpc::ChannelArguments())),
-        router->tokenizer(), [&router] { return router->Ready(); }, /*chat_prompt=*/nullptr);
+        estuary::v1::Inference::NewStub(InProcessChannel(*running.server, options.api_key)),
+        router->tokenizer(), [&router] { return router->Ready(); }, std::move(chat_prompt));
     ESTUARY_RETURN_IF_ERROR(http->Start());
     ESTUARY_LOG(INFO) << "router OpenAI HTTP on http://" << http->address() << "/v1";
   }
@@ -163,9 +199,11 @@ absl::Status Run() {
   if (!options.ready_file.empty()) {
     ESTUARY_RETURN_IF_ERROR(process::WriteReadyFile(options.ready_file, running.address));
   }
-  ESTUARY_LOG(INFO) << "router serving " << router->model_id() << " on " << running.address
-                    << " (policy " << PolicyName(options.policy) << ", local prefill up to "
-                    << options.local_prefill_max_tokens << " tokens)";
+  ESTUARY_LOG(INFO) << "router serving " << router->served_model_name() << " on "
+                    << running.address << " (policy " << PolicyName(options.policy)
+                    << ", local prefill up to " << options.local_prefill_max_tokens
+                    << " tokens, max-model-len " << router->limits().context_length
+                    << (options.api_key.empty() ? "" : ", API key required") << ")";
 
   // Readiness follows the registry: ready while a ready decode worker is known.
   std::atomic<bool> stop_watch{false};
@@ -218,5 +256,6 @@ absl::Status Run() {
 }  // namespace estuary::router
 
 int main(int argc, char** argv) {
-  return estuary::process::ProcessMain(argc, argv, "estuary-router", estuary::router::Run);
+  return estuary::process::ProcessMain(argc, argv, estuary::cli::RouterCommand(),
+                                      estuary::router::Run, estuary::cli::ServerCommands());
 }

@@ -43,6 +43,10 @@ absl::Status ValidateRouterOptions(const RouterOptions& options) {
         " must be shorter than --worker-timeout = ", absl::FormatDuration(options.worker_timeout),
         " (discovered workers are kept alive by its probes)"));
   }
+  if (options.max_model_len < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-model-len = ", options.max_model_len, " must be >= 0 (0 = the model's)"));
+  }
   if (options.max_attempts < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_attempts = ", options.max_attempts, " must be >= 1"));

@@ -15,7 +15,16 @@ namespace estuary::router {
 struct RouterOptions {
   // Process.
   std::string model;                 // model folder: the tokenizer and config come from it
-  std::string model_id;              // served name; empty = the model folder's name
+  std::string model_id;              // workers register with it; empty = the model folder's name
+  // --served-model-name: the name clients see and send (ListModels, /v1/models, a request's
+  // `model`); empty = model_id.
+  std::string served_model_name;
+  // --api-key (or $ESTUARY_API_KEY): the client port (estuary.v1.Inference; the HTTP door too)
+  // wants `authorization: Bearer KEY`; empty = open. Worker registration is not covered.
+  std::string api_key;
+  // --max-model-len: prompt + max_tokens at most (below the model's context length); 0 = the
+  // model's. Workers register with at least this context.
+  int max_model_len = 0;
   std::string host = "127.0.0.1";
   int port = 50051;                  // 0 = any free port (see ready_file)
   std::string ready_file;            // written with "host:port\n" once serving

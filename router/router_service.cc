@@ -13,7 +13,9 @@
 #include "core/common/metrics.h"
 #include "core/common/status_macros.h"
 #include "core/loader/model_metadata.h"
+#include "router/router_metrics.h"
 #include "router/stop_matcher.h"
+#include "rpc/api_key.h"
 #include "rpc/channels.h"
 #include "rpc/status_convert.h"
 #include "rpc/worker_request.h"
@@ -32,51 +34,6 @@ std::chrono::system_clock::time_point ChronoDeadline(absl::Time deadline) {
   return absl::ToChronoTime(deadline);
 }
 
-// The router's Prometheus metrics (design §9; names as vLLM's, `estuary:` prefix).
-struct RouterMetrics {
-  static RouterMetrics& Get() {
-    static RouterMetrics* const metrics = new RouterMetrics();
-    return *metrics;
-  }
-  // Admitted requests by how they ended: eos, stop_string, stop_token, length, cancelled, error.
-  common::Counter& Finished(const char* reason) {
-    return common::MetricsRegistry::Global().GetCounter(
-        "estuary:request_success_total", "Admitted requests that ended, by finish reason.",
-        {{"finished_reason", reason}});
-  }
-  common::Counter& Finished(std::optional<FinishReason> reason) {
-    if (!reason.has_value()) return error;
-    switch (*reason) {
-      case estuary::v1::FINISH_REASON_EOS: return eos;
-      case estuary::v1::FINISH_REASON_STOP_STRING: return stop_string;
-      case estuary::v1::FINISH_REASON_STOP_TOKEN: return stop_token;
-      case estuary::v1::FINISH_REASON_LENGTH: return length;
-      case estuary::v1::FINISH_REASON_CANCELLED: return cancelled;
-      default: return error;
-    }
-  }
-  common::Counter& eos = Finished("eos");
-  common::Counter& stop_string = Finished("stop_string");
-  common::Counter& stop_token = Finished("stop_token");
-  common::Counter& length = Finished("length");
-  common::Counter& cancelled = Finished("cancelled");
-  common::Counter& error = Finished("error");
-  common::Histogram& ttft = common::MetricsRegistry::Global().GetHistogram(
-      "estuary:time_to_first_token_seconds", "Time to first token (from arrival at the router).",
-      {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-       20.0, 40.0, 80.0});
-  common::Histogram& tpot = common::MetricsRegistry::Global().GetHistogram(
-      "estuary:time_per_output_token_seconds", "Time between output tokens (after the first).",
-      {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0});
-  common::Histogram& e2e = common::MetricsRegistry::Global().GetHistogram(
-      "estuary:e2e_request_latency_seconds", "End-to-end latency of admitted requests.",
-      {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0});
-  common::Histogram& queue = common::MetricsRegistry::Global().GetHistogram(
-      "estuary:request_queue_time_seconds", "Arrival to dispatch to the workers.",
-      {0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0});
-  common::Gauge& waiting = common::MetricsRegistry::Global().GetGauge(
-      "estuary:num_requests_waiting", "Admitted requests not yet streaming (--max-queued-requests).");
-};
 
 }  // namespace
 
@@ -138,11 +95,14 @@ class RouterService::Relay {
   // dropped). `final` flushes the held-back text.
   bool Add(const estuary::v1::DecodeResponse& response, bool final, estuary::v1::Chunk* chunk) {
     std::string text;
+    // Log-probabilities pass through only when the worker gave one per token.
+    const bool with_logprobs = response.logprobs_size() == response.token_ids_size();
     for (int i = 0; i < response.token_ids_size(); ++i) {
       const int32_t id = response.token_ids(i);
       const int layers = i < response.backbone_layers_size() ? response.backbone_layers(i)
                                                              : num_layers_;
       chunk->add_token_ids(id);
+      if (with_logprobs) *chunk->add_logprobs() = response.logprobs(i);
       chunk->add_exit_layers(layers >= num_layers_ || layers <= 0 ? -1 : layers - 1);
       ++tokens_;
       layer_sum_ += std::clamp(layers, 0, num_layers_);
@@ -187,7 +147,15 @@ class RouterService::Relay {
 absl::StatusOr<std::unique_ptr<RouterService>> RouterService::Create(const RouterOptions& options) {
   ESTUARY_ASSIGN_OR_RETURN(ModelMetadata metadata, LoadModelMetadata(options.model));
   const LlamaConfig& config = metadata.config;
-  ModelLimits limits{config.max_seq_len, config.vocab_size, config.n_layers};
+  ESTUARY_ASSIGN_OR_RETURN(GenerationDefaults defaults, LoadGenerationDefaults(options.model));
+  ESTUARY_LOG(INFO) << "sampling defaults: " << defaults.source;
+  ModelLimits limits{config.max_seq_len, config.vocab_size, config.n_layers, std::move(defaults)};
+  if (options.max_model_len > config.max_seq_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-model-len = ", options.max_model_len,
+                     " exceeds the model's context length of ", config.max_seq_len));
+  }
+  if (options.max_model_len > 0) limits.context_length = options.max_model_len;
   return std::make_unique<RouterService>(options, std::move(metadata.tokenizer), limits);
 }
 
@@ -195,14 +163,16 @@ RouterService::RouterService(const RouterOptions& options, std::unique_ptr<Token
                              const ModelLimits& limits)
     : options_(options),
       model_id_(options.model_id.empty() ? DefaultModelId(options.model) : options.model_id),
+      served_name_(options.served_model_name.empty() ? model_id_ : options.served_model_name),
       tokenizer_(std::move(tokenizer)),
       limits_(limits),
+      // Registered up front: /metrics shows them before the first request.
+      metrics_(RouterMetrics::For(served_name_)),  // vLLM's model_name: the served name
       registry_(ServedModel{model_id_, limits.context_length, limits.vocab_size, limits.num_layers},
                 RegistryOptions{options.worker_timeout, options.heartbeat_interval,
                                 options.policy}) {
   std::random_device random;
   id_prefix_ = (static_cast<uint64_t>(random()) << 32) ^ random();
-  RouterMetrics::Get();  // registered up front: /metrics shows them before the first request
   if (!options.discover_workers.empty()) {
     DiscoveryOptions discovery;
     discovery.targets = options.discover_workers;
@@ -323,6 +293,9 @@ void RouterService::AbortOnWorkers(const std::string& request_id, const std::str
 grpc::Status RouterService::Inference::Generate(
     grpc::ServerContext* context, const estuary::v1::GenerateRequest* request,
     grpc::ServerWriter<estuary::v1::GenerateResponse>* writer) {
+  if (grpc::Status auth = rpc::CheckApiKey(context, router_.options_.api_key); !auth.ok()) {
+    return auth;
+  }
   return router_.Generate(context, *request, writer);
 }
 
@@ -331,16 +304,16 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
                                      grpc::ServerWriter<estuary::v1::GenerateResponse>* writer) {
   Attempt attempt;
   attempt.arrival = absl::Now();
-  RouterMetrics& metrics = RouterMetrics::Get();
+  RouterMetrics& metrics = metrics_;
   if (draining_.load()) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "this router is shutting down (draining): send the request to another "
                         "replica");
   }
-  if (!request.model().empty() && request.model() != model_id_) {
+  if (!request.model().empty() && request.model() != served_name_) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("model '", request.model(), "' is not served here; this "
-                                     "router serves '", model_id_, "'"));
+                                     "router serves '", served_name_, "'"));
   }
   absl::StatusOr<PreparedRequest> prepared = PrepareRequest(request, *tokenizer_, limits_);
   if (!prepared.ok()) return ToGrpcStatus(prepared.status());
@@ -400,7 +373,12 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
     return false;
   };
 
-  attempt.on_first_token = leave_queue;
+  bool counted_running = false;  // estuary:num_requests_running: from first token to the end
+  attempt.on_first_token = [&] {
+    leave_queue();
+    if (!counted_running) metrics.running.Add(1);
+    counted_running = true;
+  };
   absl::Status status;
   for (int n = 0; n < options_.max_attempts; ++n) {
     bool retry = false;
@@ -410,6 +388,7 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   }
 
   leave_queue();
+  if (counted_running) metrics.running.Add(-1);
   bool client_gone = false;
   bool cancelled = false;
   bool shut_down = false;
@@ -578,10 +557,8 @@ absl::Status RouterService::RunAttempt(Active& active, Attempt& attempt, Relay& 
     stopped = relay.Add(response, final && end->ok(), chunk);
     if (chunk->token_ids_size() > 0 && attempt.first_token_seen) {
       const absl::Time now = absl::Now();
-      const double gap = absl::ToDoubleSeconds(now - attempt.last_token_at);
-      for (int i = 0; i < chunk->token_ids_size(); ++i) {
-        RouterMetrics::Get().tpot.Observe(gap / chunk->token_ids_size());
-      }
+      metrics_.ObserveChunk(absl::ToDoubleSeconds(now - attempt.last_token_at),
+                            chunk->token_ids_size());
       attempt.last_token_at = now;
     }
     if (chunk->token_ids_size() > 0 && !attempt.first_token_seen) {
@@ -595,7 +572,9 @@ absl::Status RouterService::RunAttempt(Active& active, Attempt& attempt, Relay& 
             absl::ToDoubleSeconds(attempt.first_token_at - dispatched));
       }
       if (attempt.on_first_token) attempt.on_first_token();
+      metrics_.prompt_tokens.Increment(static_cast<double>(request.prompt_ids_size()));
     }
+    metrics_.generation_tokens.Increment(chunk->token_ids_size());
     if (chunk->token_ids_size() > 0 || !chunk->text().empty()) {
       if (!write(out)) client_gone = true;
     }
@@ -629,6 +608,9 @@ absl::Status RouterService::RunAttempt(Active& active, Attempt& attempt, Relay& 
 grpc::Status RouterService::Inference::Abort(grpc::ServerContext* context,
                                              const estuary::v1::AbortRequest* request,
                                              estuary::v1::AbortResponse* response) {
+  if (grpc::Status auth = rpc::CheckApiKey(context, router_.options_.api_key); !auth.ok()) {
+    return auth;
+  }
   std::shared_ptr<Active> active;
   {
     absl::MutexLock lock(&router_.active_mu_);
@@ -646,19 +628,25 @@ grpc::Status RouterService::Inference::Abort(grpc::ServerContext* context,
 grpc::Status RouterService::Inference::ListModels(grpc::ServerContext* context,
                                                   const estuary::v1::ListModelsRequest* request,
                                                   estuary::v1::ListModelsResponse* response) {
-  response->add_models(router_.model_id_);
+  if (grpc::Status auth = rpc::CheckApiKey(context, router_.options_.api_key); !auth.ok()) {
+    return auth;
+  }
+  response->add_models(router_.served_name_);
   return grpc::Status::OK;
 }
 
 grpc::Status RouterService::Inference::GetModelInfo(grpc::ServerContext* context,
                                                     const estuary::v1::GetModelInfoRequest* request,
                                                     estuary::v1::ModelInfo* response) {
-  if (!request->model().empty() && request->model() != router_.model_id_) {
+  if (grpc::Status auth = rpc::CheckApiKey(context, router_.options_.api_key); !auth.ok()) {
+    return auth;
+  }
+  if (!request->model().empty() && request->model() != router_.served_name_) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("model '", request->model(), "' is not served here; this "
-                                     "router serves '", router_.model_id_, "'"));
+                                     "router serves '", router_.served_name_, "'"));
   }
-  response->set_name(router_.model_id_);
+  response->set_name(router_.served_name_);
   response->set_context_length(router_.limits_.context_length);
   response->set_vocab_size(router_.limits_.vocab_size);
   response->set_num_layers(router_.limits_.num_layers);
@@ -675,13 +663,22 @@ grpc::Status RouterService::Inference::GetModelInfo(grpc::ServerContext* context
   return grpc::Status::OK;
 }
 
+void RouterService::UpdateClusterLoad(absl::Time now) {
+  std::vector<estuary::v1::WorkerLoad> loads;
+  for (const WorkerView& w : registry_.Live(estuary::v1::WORKER_ROLE_DECODE, now)) {
+    loads.push_back(w.load);
+  }
+  metrics_.SetDecodeLoads(loads);
+}
+
 // ---- WorkerRegistry ----
 
 grpc::Status RouterService::Registry::Register(grpc::ServerContext* context,
                                                const estuary::v1::RegisterRequest* request,
                                                estuary::v1::RegisterResponse* response) {
-  const absl::Status status =
-      router_.registry_.Register(request->info(), request->load(), absl::Now());
+  const absl::Time now = absl::Now();
+  const absl::Status status = router_.registry_.Register(request->info(), request->load(), now);
+  router_.UpdateClusterLoad(now);
   if (!status.ok()) {
     ESTUARY_LOG(WARNING) << "refused worker '" << request->info().worker_id() << "' at "
                          << request->info().address() << ": " << status;
@@ -695,8 +692,9 @@ grpc::Status RouterService::Registry::Register(grpc::ServerContext* context,
 grpc::Status RouterService::Registry::Heartbeat(grpc::ServerContext* context,
                                                 const estuary::v1::HeartbeatRequest* request,
                                                 estuary::v1::HeartbeatResponse* response) {
-  response->set_known(
-      router_.registry_.Heartbeat(request->worker_id(), request->load(), absl::Now()));
+  const absl::Time now = absl::Now();
+  response->set_known(router_.registry_.Heartbeat(request->worker_id(), request->load(), now));
+  router_.UpdateClusterLoad(now);
   return grpc::Status::OK;
 }
 

@@ -34,6 +34,7 @@
 #include "estuary/v1/worker.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "router/request_validation.h"
+#include "router/router_metrics.h"
 #include "router/router_options.h"
 #include "router/worker_discovery.h"
 #include "router/worker_registry.h"
@@ -57,6 +58,8 @@ class RouterService {
 
   WorkerRegistry& registry() { return registry_; }
   const std::string& model_id() const { return model_id_; }
+  // The name clients see and send (--served-model-name; default: model_id()).
+  const std::string& served_model_name() const { return served_name_; }
   const ModelLimits& limits() const { return limits_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   // Requests admitted and not yet streaming (the figure --max-queued-requests bounds).
@@ -128,11 +131,15 @@ class RouterService {
   std::string NewRequestId();
   // Watches the live requests' clients; runs on watchdog_.
   void Watch();
+  // The cluster-wide gauges of metrics_ from the live decode workers' loads (on heartbeats).
+  void UpdateClusterLoad(absl::Time now);
 
   const RouterOptions options_;
   const std::string model_id_;
+  const std::string served_name_;
   std::unique_ptr<Tokenizer> tokenizer_;
   const ModelLimits limits_;
+  RouterMetrics& metrics_;
   WorkerRegistry registry_;
   std::unique_ptr<WorkerDiscovery> discovery_;  // with --discover-workers; stops before registry_
   Inference inference_{*this};

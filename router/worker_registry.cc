@@ -125,9 +125,14 @@ absl::Status WorkerRegistry::Register(const WorkerInfo& info, const estuary::v1:
                                                       info.model_id(), "'; this router serves '",
                                                       model_.model_id, "'"));
   }
-  if (absl::Status s = CheckFigure("context_length", info.context_length(), model_.context_length);
-      !s.ok()) {
-    return s;
+  // A worker with a longer context serves a router capped shorter (--max-model-len); one with a
+  // shorter context could not finish what the router admits.
+  if (info.context_length() != 0 && model_.context_length != 0 &&
+      info.context_length() < model_.context_length) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker context_length = ", info.context_length(), " is below the router's (",
+        model_.context_length, "): start the router with --max-model-len ",
+        info.context_length(), " or the worker without a smaller one"));
   }
   if (absl::Status s = CheckFigure("vocab_size", info.vocab_size(), model_.vocab_size); !s.ok()) {
     return s;

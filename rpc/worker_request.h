@@ -10,9 +10,13 @@
 
 namespace estuary::rpc {
 
+// Absent temperature: 1.0 (the router fills the model's default in before it calls a worker).
 SamplingParams SamplingFromProto(const estuary::v1::SamplingParams& proto);
 // proto's 0 means "the default" for the fields where 0 is not a valid value.
 void SamplingToProto(const SamplingParams& params, int max_tokens, estuary::v1::SamplingParams* proto);
+// Per-token log-probabilities, both ways (DecodeResponse, Chunk, KvCompletion).
+void LogprobsToProto(const TokenLogprobs& logprobs, estuary::v1::TokenLogprobs* proto);
+TokenLogprobs LogprobsFromProto(const estuary::v1::TokenLogprobs& proto);
 // InfiniteFuture for 0.
 absl::Time DeadlineFromUnixMs(int64_t unix_ms);
 int64_t DeadlineToUnixMs(absl::Time deadline);

@@ -5,14 +5,14 @@
 # CPU time per streamed token (from /proc/<router>/stat, user + system), the figure a paper
 # model of a real cluster needs.
 #
-#   scripts/bench_scaling.sh [MODEL_DIR]     (default: ../shared/models/stories12L)
+#   scripts/bench_scaling.sh [MODEL_DIR]     (default: models/stories12L)
 #   env: DECODES="1 2 4" RATE=8 REQUESTS=64 INPUT_LEN=32 OUTPUT_LEN=64
 #
 # Every worker runs on this machine, so they share its cores: the curve flattens once the
 # decode workers together use every core. Needs a build (scripts/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model="${1:-../shared/models/stories12L}"
+model="${1:-models/stories12L}"
 [ -d "$model" ] || { echo "no model folder $model" >&2; exit 1; }
 estuary=build/cli/estuary
 [ -x "$estuary" ] || { echo "build first: scripts/build.sh" >&2; exit 1; }
@@ -61,9 +61,9 @@ for n in $decodes; do
       'BEGIN { printf "%.1f", 1e6 * t / hz / n }')"
     label="$r/s"; [ "$r" = 0 ] && label="saturated"
     printf '%-7s %-10s %12.1f %10.1f %10.1f %10.1f %10.1f %8s %18s\n' "$n" "$label" \
-      "$(json_field "$out" output_tokens_per_second)" "$(json_field "$out" ttft_p50_ms)" \
-      "$(json_field "$out" ttft_p99_ms)" "$(json_field "$out" itl_p50_ms)" \
-      "$(json_field "$out" itl_p99_ms)" "$(json_field "$out" errors)" "$router_us"
+      "$(json_field "$out" output_throughput)" "$(json_field "$out" median_ttft_ms)" \
+      "$(json_field "$out" p99_ttft_ms)" "$(json_field "$out" median_itl_ms)" \
+      "$(json_field "$out" p99_itl_ms)" "$(json_field "$out" failed)" "$router_us"
   done
   kill -TERM "$up_pid"; wait "$up_pid" || true; up_pid=""
 done

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Builds Estuary and runs the main job on the default model: a local disaggregated cluster
-# (`estuary up`: router, one prefill worker, one decode worker, KV over UCX on loopback), then one
-# request through it, whose story is printed as it streams. The cluster then keeps serving on the
-# printed address until Ctrl-C; with ESTUARY_UP_ONESHOT=1 it stops after the story.
-#   ESTUARY_MODEL (default: the shipped stories260K), ESTUARY_PROMPT, ESTUARY_MAX_TOKENS,
+# (`estuary up --river`: router, one prefill worker, one decode worker running the exit river,
+# KV over UCX on loopback), then one request through it, whose story is printed as it streams,
+# then its figures (time to first token, decode tokens/s, mean backbone layers, exit rate). The
+# cluster then keeps serving on the printed address until Ctrl-C; with ESTUARY_UP_ONESHOT=1 it
+# stops after the story.
+#   ESTUARY_MODEL (default: the shipped stories12L), ESTUARY_PROMPT, ESTUARY_MAX_TOKENS,
 #   ESTUARY_PORT (default 50051); extra arguments go to `estuary up`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 
 ready="$(mktemp -u /tmp/estuary-up-ready.XXXXXX)"
-./build/cli/estuary up --port "${ESTUARY_PORT:-50051}" --ready-file "$ready" "$@" &
+./build/cli/estuary up --port "${ESTUARY_PORT:-50051}" --river --ready-file "$ready" "$@" &
 up_pid=$!
 trap 'kill -TERM "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; rm -f "$ready"' EXIT
 for _ in $(seq 1 600); do

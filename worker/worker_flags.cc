@@ -4,6 +4,8 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
 #include "core/loader/model_metadata.h"
 
 ABSL_FLAG(std::string, model, "", "model folder (llama2.c or Hugging Face)");
@@ -25,7 +27,20 @@ ABSL_FLAG(std::string, ucx_tls, "", "UCX transports for KV transfer (e.g. tcp or
                                     "empty = UCX's default");
 ABSL_FLAG(std::string, ready_file, "", "written with host:port once the worker serves");
 ABSL_FLAG(std::string, router, "", "the router's host:port to register with (empty: none)");
-ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{256} << 20, "KV pool bytes over all TP ranks");
+ABSL_FLAG(estuary::process::ByteSize, kv_cache_memory,
+          estuary::process::ByteSize{int64_t{256} << 20},
+          "KV pool size over all TP ranks: bytes, or with a unit (KiB, MiB, GiB, KB, MB, GB); the "
+          "worker logs the pages, tokens and concurrency this gives");
+ABSL_FLAG(int64_t, kv_cache_bytes, 0,
+          "older spelling of --kv-cache-memory in plain bytes; when > 0 it is used instead");
+ABSL_FLAG(double, gpu_memory_utilization, 0,
+          "CUDA devices only: share of the GPU's memory for weights and KV pool; 0 = off "
+          "(--kv-cache-memory sizes the pool)");
+ABSL_FLAG(int, max_model_len, 0,
+          "prompt + generated tokens per sequence at most (vLLM's name); 0 = the model's context "
+          "length; above it: refused");
+ABSL_FLAG(std::string, dtype, "",
+          "weight dtype at load: f32 or bf16 (default: the file's)");
 ABSL_FLAG(int, block_size, 16, "token slots per KV page (prefill and decode must agree)");
 ABSL_FLAG(int, max_num_seqs, 64, "sequences admitted at once");
 ABSL_FLAG(int, max_num_batched_tokens, 512, "prompt tokens per forward step");
@@ -57,7 +72,35 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags() {
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.device = absl::GetFlag(FLAGS_device);
   options.kv_transport = absl::GetFlag(FLAGS_kv_transport);
+  options.max_model_len = absl::GetFlag(FLAGS_max_model_len);
+  options.dtype = absl::GetFlag(FLAGS_dtype);
   return options;
+}
+
+absl::StatusOr<int64_t> KvCacheBytesFromFlags(const WorkerProcessOptions& options) {
+  ESTUARY_ASSIGN_OR_RETURN(const Device device, WorkerDevice(options));
+  const double utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
+  if (utilization != 0) {
+    if (device.is_cpu()) {
+      return absl::InvalidArgumentError(
+          "--gpu-memory-utilization applies to a CUDA device (--device cuda); on the CPU size the "
+          "KV pool with --kv-cache-memory (e.g. 2GiB)");
+    }
+    return absl::UnimplementedError(
+        "--gpu-memory-utilization is not implemented yet: size the KV pool with "
+        "--kv-cache-memory (e.g. 2GiB)");
+  }
+  const int64_t legacy = absl::GetFlag(FLAGS_kv_cache_bytes);
+  if (legacy < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-cache-bytes = ", legacy, " must be > 0 (or 0: use --kv-cache-memory)"));
+  }
+  const int64_t bytes = legacy > 0 ? legacy : absl::GetFlag(FLAGS_kv_cache_memory).bytes;
+  if (bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-cache-memory = ", process::FormatByteSize(bytes), " must be > 0"));
+  }
+  return bytes;
 }
 
 }  // namespace estuary::worker

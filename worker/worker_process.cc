@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "core/model/model_loader.h"
 #include "kvtransfer/nccl_transport.h"
 #include "kvtransfer/ucx_transport.h"
+#include "process/byte_size.h"
 #include "process/host_address.h"
 #include "process/ready_file.h"
 #include "process/signals.h"
@@ -47,6 +49,17 @@ absl::Status ValidateWorkerProcessOptions(const WorkerProcessOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-failed-steps = ", options.max_failed_steps, " must be >= 1"));
   }
+  if (options.max_model_len < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-model-len = ", options.max_model_len, " must be >= 0 (0 = the model's)"));
+  }
+  if (!options.dtype.empty()) {
+    const std::optional<DType> dtype = ParseDType(options.dtype);
+    if (!dtype || (*dtype != DType::kF32 && *dtype != DType::kBF16)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dtype = '", options.dtype, "': use f32 or bf16"));
+    }
+  }
   ESTUARY_RETURN_IF_ERROR(AdvertisedHost(options).status());
   ESTUARY_ASSIGN_OR_RETURN(const Device device, WorkerDevice(options));
   if (options.kv_transport != "ucx" && options.kv_transport != "nccl") {
@@ -72,6 +85,18 @@ absl::StatusOr<std::string> AdvertisedHost(const WorkerProcessOptions& options) 
                                           options.pod_ip);
 }
 
+void LogKvCapacity(const char* role, int64_t pages, int block_size, int context_length,
+                   int max_num_seqs, int64_t kv_cache_bytes) {
+  const int64_t tokens = pages * block_size;
+  const int64_t pages_per_sequence = (context_length + block_size - 1) / block_size;
+  const int64_t concurrency = pages_per_sequence > 0 ? pages / pages_per_sequence : 0;
+  ESTUARY_LOG(INFO) << role << " KV cache: " << process::FormatByteSize(kv_cache_bytes) << " = "
+                    << pages << " pages of " << block_size << " tokens = " << tokens
+                    << " KV tokens; max-model-len " << context_length << " -> concurrency "
+                    << concurrency << " sequences at full length (max-num-seqs "
+                    << max_num_seqs << ")";
+}
+
 void SetPoolLoad(const KvPool& pool, estuary::v1::WorkerLoad* load) {
   const KvPoolStats stats = pool.Stats();
   load->set_free_pages(stats.free_pages + stats.cached_pages);
@@ -80,7 +105,10 @@ void SetPoolLoad(const KvPool& pool, estuary::v1::WorkerLoad* load) {
 
 absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(
     const WorkerProcessOptions& options) {
-  ESTUARY_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(options.model));
+  LoadOptions load;
+  if (!options.dtype.empty()) load.dtype = ParseDType(options.dtype);
+  load.max_model_len = options.max_model_len;
+  ESTUARY_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(options.model, load));
   ShardedModelOptions sharding;
   sharding.tp_size = options.tp_size;
   return ShardedModel::Create(std::move(loaded.model), sharding);

@@ -47,6 +47,12 @@ struct WorkerProcessOptions {
   absl::Duration engine_stall_timeout = absl::Seconds(60);
   // Health: this many failed engine steps in a row make the worker not ready until restarted.
   int max_failed_steps = 3;
+  // --max-model-len: the context (prompt + generated tokens) is capped here; 0: the model's.
+  // The model is loaded with it (its config's max_seq_len), so the engines refuse longer
+  // prompts and end sequences there, and the worker registers this context length.
+  int max_model_len = 0;
+  // --dtype: "f32" or "bf16" to convert the weights at load; empty: the checkpoint's.
+  std::string dtype;
 };
 
 // INVALID_ARGUMENT naming the flag.
@@ -57,6 +63,12 @@ absl::StatusOr<Device> WorkerDevice(const WorkerProcessOptions& options);
 absl::StatusOr<std::string> AdvertisedHost(const WorkerProcessOptions& options);
 
 absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(const WorkerProcessOptions& options);
+
+// Logs the KV pool's capacity once the engine exists: pages, tokens, and the sequences of
+// `context_length` tokens (--max-model-len, else the model's) that fit at once (vLLM's
+// "maximum concurrency"), next to --max-num-seqs.
+void LogKvCapacity(const char* role, int64_t pages, int block_size, int context_length,
+                   int max_num_seqs, int64_t kv_cache_bytes);
 absl::StatusOr<std::unique_ptr<kvtransfer::Transport>> CreateTransport(
     const WorkerProcessOptions& options);
 

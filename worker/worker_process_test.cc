@@ -8,7 +8,7 @@ namespace {
 
 WorkerProcessOptions Options(const std::string& device, const std::string& kv_transport) {
   WorkerProcessOptions options;
-  options.model = "../shared/models/stories260K";
+  options.model = "models/stories260K";
   options.device = device;
   options.kv_transport = kv_transport;
   return options;

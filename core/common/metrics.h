@@ -28,6 +28,14 @@ using MetricLabels = std::vector<std::pair<std::string, std::string>>;
 class Counter {
  public:
   void Increment(double n = 1) { value_.fetch_add(n, std::memory_order_relaxed); }
+  // Mirrors a running total kept elsewhere (e.g. a KV pool's own counter): the value becomes
+  // `total` unless it is already larger, so the counter never goes down.
+  void AdvanceTo(double total) {
+    double current = value_.load(std::memory_order_relaxed);
+    while (current < total &&
+           !value_.compare_exchange_weak(current, total, std::memory_order_relaxed)) {
+    }
+  }
   double Value() const { return value_.load(std::memory_order_relaxed); }
 
  private:

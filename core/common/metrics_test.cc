@@ -70,6 +70,16 @@ TEST(MetricsTest, FormatsValues) {
   EXPECT_EQ(FormatMetricValue(NAN), "NaN");
 }
 
+TEST(MetricsTest, AdvanceToMirrorsATotalAndNeverGoesDown) {
+  Counter c;
+  c.AdvanceTo(5);
+  EXPECT_EQ(c.Value(), 5);
+  c.AdvanceTo(3);  // an older snapshot read late
+  EXPECT_EQ(c.Value(), 5);
+  c.AdvanceTo(9);
+  EXPECT_EQ(c.Value(), 9);
+}
+
 TEST(MetricsTest, ConcurrentIncrements) {
   MetricsRegistry registry;
   Counter& c = registry.GetCounter("c", "C.");

@@ -145,6 +145,8 @@ KvPoolStats KvPool::Stats() const {
   stats.registered_pages = static_cast<int32_t>(prefix_map_.size());
   stats.prefix_hits = prefix_hits_;
   stats.prefix_misses = prefix_misses_;
+  stats.prefix_query_tokens = prefix_query_tokens_;
+  stats.prefix_hit_tokens = prefix_hit_tokens_;
   stats.evictions = evictions_;
   return stats;
 }
@@ -264,6 +266,12 @@ int64_t KvPool::prefix_hits() const {
 int64_t KvPool::prefix_misses() const {
   absl::MutexLock lock(&mu_);
   return prefix_misses_;
+}
+
+void KvPool::RecordPrefixQuery(int64_t queried_tokens, int64_t hit_tokens) {
+  absl::MutexLock lock(&mu_);
+  prefix_query_tokens_ += queried_tokens;
+  prefix_hit_tokens_ += hit_tokens;
 }
 
 void KvPool::LruPushBack(int32_t page) {

@@ -67,6 +67,10 @@ struct KvPoolStats {
   int32_t registered_pages = 0;  // in the prefix map (cached, or in use and shared)
   int64_t prefix_hits = 0;
   int64_t prefix_misses = 0;
+  // In tokens, as vLLM's vllm:prefix_cache_queries / _hits: the prompt tokens of every
+  // adoption attempt (RecordPrefixQuery), and those of them found cached.
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
   int64_t evictions = 0;
 };
 
@@ -145,6 +149,8 @@ class KvPool {
   void ClearPrefixCache();
   int64_t prefix_hits() const;
   int64_t prefix_misses() const;
+  // One lookup of a prompt of `queried_tokens` tokens, `hit_tokens` of them cached (SequenceKv).
+  void RecordPrefixQuery(int64_t queried_tokens, int64_t hit_tokens);
 
  private:
   struct LayerRegion {
@@ -192,6 +198,8 @@ class KvPool {
   int32_t lru_size_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t prefix_hits_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t prefix_misses_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t prefix_query_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t prefix_hit_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -82,7 +82,10 @@ absl::Status SequenceKv::AdoptPrefix(absl::Span<const int32_t> prompt) {
   // Blocks entirely before the prompt's last token.
   const size_t max_blocks =
       prompt.empty() ? 0 : (prompt.size() - 1) / static_cast<size_t>(block_size_);
-  if (max_blocks == 0) return absl::OkStatus();
+  if (max_blocks == 0) {
+    pool_->RecordPrefixQuery(static_cast<int64_t>(prompt.size()), 0);
+    return absl::OkStatus();
+  }
   try {
     pages_.reserve(max_blocks);
     page_hashes_.reserve(max_blocks);
@@ -102,6 +105,7 @@ absl::Status SequenceKv::AdoptPrefix(absl::Span<const int32_t> prompt) {
   }
   cached_tokens_ = static_cast<int>(pages_.size()) * block_size_;
   length_ = cached_tokens_;
+  pool_->RecordPrefixQuery(static_cast<int64_t>(prompt.size()), cached_tokens_);
   return absl::OkStatus();
 }
 

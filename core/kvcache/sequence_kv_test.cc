@@ -178,6 +178,9 @@ TEST(SequenceKvTest, TwoSequencesWithTheSamePromptShareFullPages) {
   ASSERT_TRUE(d.AdoptPrefix(tail_differs).ok());
   EXPECT_EQ(d.cached_tokens(), 16);
   EXPECT_EQ(d.pages()[0], a.pages()[0]);
+  // vLLM's prefix-cache figures, in tokens: four lookups of 40, hits 0 + 32 + 0 + 16.
+  EXPECT_EQ(pool->Stats().prefix_query_tokens, 4 * 40);
+  EXPECT_EQ(pool->Stats().prefix_hit_tokens, 32 + 16);
 
   a.Release();
   b.Release();

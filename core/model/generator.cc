@@ -50,7 +50,7 @@ absl::StatusOr<GenerateResult> GenerateLoop(const LlamaConfig& config,
   GenerateResult result;
   std::vector<int32_t> history = request.prompt_ids;
   std::vector<float> logits(static_cast<size_t>(config.vocab_size));
-  Sampler sampler(request.sampling);
+  Sampler sampler(request.sampling, config.eos_ids);
 
   const absl::Time start = absl::Now();
   ESTUARY_RETURN_IF_ERROR(step(request.prompt_ids, 0, absl::MakeSpan(logits)));
@@ -63,7 +63,9 @@ absl::StatusOr<GenerateResult> GenerateLoop(const LlamaConfig& config,
       result.finish_reason = FinishReason::kLength;
       break;
     }
-    const int32_t next = sampler.Sample(absl::MakeSpan(logits), history);
+    const int32_t next =
+        sampler.Sample(absl::MakeSpan(logits), history,
+                       static_cast<int>(result.completion_ids.size())).id;
     if (const auto end = EndsSequence(config, sampler, next, request.ignore_eos)) {
       result.finish_reason = *end;
       break;

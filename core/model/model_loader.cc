@@ -20,6 +20,12 @@ absl::Status ConvertOne(Tensor& tensor, DType dtype) {
 
 absl::StatusOr<LoadedModel> Build(LlamaCheckpoint checkpoint, const fs::path& dir,
                                   std::string format, const LoadOptions& options) {
+  if (options.max_model_len > checkpoint.config.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-model-len = ", options.max_model_len, " exceeds the model's context length of ",
+        checkpoint.config.max_seq_len));
+  }
+  if (options.max_model_len > 0) checkpoint.config.max_seq_len = options.max_model_len;
   if (options.dtype) ESTUARY_RETURN_IF_ERROR(ConvertWeights(checkpoint.weights, *options.dtype));
   LoadedModel loaded;
   // The tokenizer as the router reads it (core/loader/model_metadata.h).

@@ -21,6 +21,9 @@ namespace estuary {
 struct LoadOptions {
   std::optional<DType> dtype;  // convert weights to this (f32 or bf16); keep the file's if unset
   ProgressCallback progress;   // optional
+  // > 0: the context is capped at this many tokens (config.max_seq_len; --max-model-len);
+  // INVALID_ARGUMENT when it exceeds the checkpoint's.
+  int max_model_len = 0;
 };
 
 struct LoadedModel {

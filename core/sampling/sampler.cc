@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
@@ -25,6 +27,26 @@ absl::Status SamplingParams::Validate() const {
   if (!(repetition_penalty > 0.0f && repetition_penalty <= 10.0f)) {
     return OutOfRange("repetition_penalty", repetition_penalty, "in (0, 10]");
   }
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
+    return OutOfRange("presence_penalty", presence_penalty, "in [-2, 2]");
+  }
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    return OutOfRange("frequency_penalty", frequency_penalty, "in [-2, 2]");
+  }
+  if (min_tokens < 0) return OutOfRange("min_tokens", min_tokens, ">= 0");
+  if (logprobs < -1 || logprobs > kMaxLogprobs) {
+    return OutOfRange("logprobs", logprobs, "in [0, 20] (or unset)");
+  }
+  if (logit_bias.size() > kMaxLogitBiasEntries) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling: logit_bias has ", logit_bias.size(),
+                                                   " entries; at most ", kMaxLogitBiasEntries));
+  }
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0) return OutOfRange("logit_bias token id", id, ">= 0");
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return OutOfRange("logit_bias value", bias, "in [-100, 100]");
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -36,25 +58,99 @@ int32_t Argmax(absl::Span<const float> values) {
   return best;
 }
 
-Sampler::Sampler(SamplingParams params) : params_(std::move(params)), rng_(params_.seed) {}
+TokenLogprobs LogprobsOf(absl::Span<const float> raw_logits, int32_t chosen, int top_n) {
+  double max_logit = -std::numeric_limits<double>::infinity();
+  for (float l : raw_logits) max_logit = std::max(max_logit, static_cast<double>(l));
+  double total = 0.0;
+  for (float l : raw_logits) total += std::exp(static_cast<double>(l) - max_logit);
+  const double log_total = max_logit + std::log(total);
+  auto logprob = [&](int32_t id) {
+    return static_cast<float>(static_cast<double>(raw_logits[static_cast<size_t>(id)]) - log_total);
+  };
+  TokenLogprobs out;
+  out.logprob = logprob(chosen);
+  const size_t n = std::min(static_cast<size_t>(std::max(top_n, 0)), raw_logits.size());
+  std::vector<int32_t> order(raw_logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(n), order.end(),
+                    [&](int32_t a, int32_t b) {
+                      const float la = raw_logits[static_cast<size_t>(a)];
+                      const float lb = raw_logits[static_cast<size_t>(b)];
+                      return la > lb || (la == lb && a < b);
+                    });
+  out.top.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.top.push_back({order[i], logprob(order[i])});
+  return out;
+}
+
+Sampler::Sampler(SamplingParams params, std::vector<int32_t> eos_ids)
+    : params_(std::move(params)), eos_ids_(std::move(eos_ids)) {}
+
+bool Sampler::greedy() const {
+  return params_.temperature == 0.0f && params_.repetition_penalty == 1.0f &&
+         params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f &&
+         params_.logit_bias.empty() && params_.min_tokens == 0 && params_.logprobs < 0;
+}
 
 bool Sampler::IsStopToken(int32_t id) const {
   return std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(), id) !=
          params_.stop_token_ids.end();
 }
 
-int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> history) {
+void Sampler::AdjustLogits(absl::Span<float> logits, absl::Span<const int32_t> history,
+                           int generated) const {
   const int32_t vocab = static_cast<int32_t>(logits.size());
+  auto in_vocab = [vocab](int32_t id) { return id >= 0 && id < vocab; };
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (in_vocab(id)) logits[static_cast<size_t>(id)] += bias;
+  }
+  if (generated < params_.min_tokens) {
+    constexpr float kMasked = -std::numeric_limits<float>::infinity();
+    for (int32_t id : eos_ids_) {
+      if (in_vocab(id)) logits[static_cast<size_t>(id)] = kMasked;
+    }
+    for (int32_t id : params_.stop_token_ids) {
+      if (in_vocab(id)) logits[static_cast<size_t>(id)] = kMasked;
+    }
+  }
   if (params_.repetition_penalty != 1.0f) {
     absl::flat_hash_set<int32_t> seen(history.begin(), history.end());
     for (int32_t id : seen) {
-      if (id < 0 || id >= vocab) continue;
+      if (!in_vocab(id)) continue;
       float& l = logits[static_cast<size_t>(id)];
       l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
     }
   }
-  if (params_.temperature == 0.0f) return Argmax(logits);
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    const size_t output = std::min(history.size(), static_cast<size_t>(std::max(generated, 0)));
+    absl::flat_hash_map<int32_t, int> counts;
+    for (int32_t id : history.last(output)) ++counts[id];
+    for (const auto& [id, count] : counts) {
+      if (!in_vocab(id)) continue;
+      logits[static_cast<size_t>(id)] -=
+          params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
+    }
+  }
+}
 
+SampledToken Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> history,
+                             int generated) {
+  std::vector<float> raw;
+  if (params_.logprobs >= 0) raw.assign(logits.begin(), logits.end());
+  AdjustLogits(logits, history, generated);
+  SampledToken out;
+  out.id = params_.temperature == 0.0f ? Argmax(logits) : Draw(logits, generated);
+  if (params_.logprobs >= 0) out.logprobs = LogprobsOf(raw, out.id, params_.logprobs);
+  return out;
+}
+
+int32_t Sampler::Draw(absl::Span<const float> logits, int generated) const {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  // SplitMix64 of (seed, position): distinct, well-mixed seeds for neighbouring positions.
+  uint64_t z = params_.seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(generated) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  std::mt19937_64 rng(z ^ (z >> 31));
   // Candidates sorted by logit, descending; filters cut the tail.
   std::vector<int32_t> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
@@ -80,6 +176,8 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
     total += probs[i];
   }
   for (double& p : probs) p /= total;
+  // Masked tokens (min_tokens) have probability 0: never the fallback pick below.
+  while (keep > 1 && probs[keep - 1] == 0.0) --keep;
 
   if (params_.min_p > 0.0f) {
     const double threshold = params_.min_p * probs[0];
@@ -98,7 +196,7 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
   }
   double kept_total = 0.0;
   for (size_t i = 0; i < keep; ++i) kept_total += probs[i];
-  const double r = std::uniform_real_distribution<double>(0.0, kept_total)(rng_);
+  const double r = std::uniform_real_distribution<double>(0.0, kept_total)(rng);
   double cumulative = 0.0;
   for (size_t i = 0; i < keep; ++i) {
     cumulative += probs[i];

@@ -44,6 +44,8 @@ void Apply(const ChoiceEvent& event, ChoiceResult& choice) {
     choice.text += event.chunk.text();
     choice.token_ids.insert(choice.token_ids.end(), event.chunk.token_ids().begin(),
                             event.chunk.token_ids().end());
+    choice.logprobs.insert(choice.logprobs.end(), event.chunk.logprobs().begin(),
+                           event.chunk.logprobs().end());
   } else if (event.kind == ChoiceEvent::Kind::kComplete) {
     choice.finish_reason = FinishReasonName(event.complete.finish_reason());
     choice.usage = event.complete.usage();
@@ -53,16 +55,32 @@ void Apply(const ChoiceEvent& event, ChoiceResult& choice) {
 // Writes one event of a stream; false when the client is gone.
 bool WriteEvent(StreamState& state, const ChoiceEvent& event, httplib::DataSink& sink) {
   ChoiceResult& choice = state.choices[event.index];
+  const size_t text_offset = choice.text.size();
+  const int32_t prev_id = choice.token_ids.empty() ? -1 : choice.token_ids.back();
   Apply(event, choice);
   std::string out;
+  // The echoed prompt goes out first, in the choice's first delta.
+  const bool first = !state.started[event.index];
+  const std::string echo = first ? choice.text.substr(0, choice.echo_bytes) : std::string();
   if (event.kind == ChoiceEvent::Kind::kChunk) {
-    if (event.chunk.text().empty() && !state.envelope.return_token_ids) return true;
+    const bool with_logprobs = state.envelope.logprobs >= 0;
+    if (event.chunk.text().empty() && echo.empty() && !state.envelope.return_token_ids &&
+        !with_logprobs) {
+      return true;
+    }
     const std::vector<int32_t> ids(event.chunk.token_ids().begin(), event.chunk.token_ids().end());
-    out = SseEvent(DeltaChunk(state.envelope, event.index, event.chunk.text(), ids,
-                              !state.started[event.index]));
+    const std::vector<estuary::v1::TokenLogprobs> chunk_logprobs(event.chunk.logprobs().begin(),
+                                                                  event.chunk.logprobs().end());
+    DeltaLogprobs logprobs{chunk_logprobs, prev_id, text_offset};
+    out = SseEvent(DeltaChunk(state.envelope, event.index, echo + event.chunk.text(), ids, first,
+                              logprobs));
     state.started[event.index] = true;
   } else if (event.kind == ChoiceEvent::Kind::kComplete) {
-    out = SseEvent(FinishChunk(state.envelope, event.index, choice.finish_reason));
+    if (!echo.empty()) {
+      out = SseEvent(DeltaChunk(state.envelope, event.index, echo, {}, first));
+      state.started[event.index] = true;
+    }
+    out += SseEvent(FinishChunk(state.envelope, event.index, choice.finish_reason));
   } else {
     out = SseEvent(ErrorJson(event.error));
   }
@@ -113,6 +131,10 @@ void AnswerGeneration(estuary::v1::Inference::StubInterface& stub, GenerationReq
   state->envelope = std::move(envelope);
   state->include_usage = request.include_usage;
   state->choices.resize(count);
+  for (size_t i = 0; i < count && i < request.echo_texts.size(); ++i) {
+    state->choices[i].text = request.echo_texts[i];
+    state->choices[i].echo_bytes = request.echo_texts[i].size();
+  }
   state->started.assign(count, false);
   state->runner = std::make_unique<ChoiceRunner>(stub, std::move(request.choices),
                                                  absl::Now() + timeout);

@@ -2,9 +2,10 @@
 
 #include <limits>
 
-#include "absl/random/random.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
+#include "core/sampling/sampler.h"
 #include "router/openai/api_error.h"
 #include "router/openai/request_fields.h"
 
@@ -32,6 +33,45 @@ estuary::v1::GenerateRequest TextInput(const std::string& text) {
   return input;
 }
 
+// Completions' `logprobs: N` (an integer), or chat's `logprobs: true` with `top_logprobs: N`.
+absl::StatusOr<int> ParseLogprobs(const nlohmann::json& body) {
+  const nlohmann::json* logprobs = Field(body, "logprobs");
+  ESTUARY_ASSIGN_OR_RETURN(const int64_t top, IntField(body, "top_logprobs", 0, 0, kMaxLogprobs));
+  if (logprobs == nullptr) {
+    if (Field(body, "top_logprobs") != nullptr && top > 0) {
+      return InvalidField("top_logprobs", "needs logprobs: true");
+    }
+    return -1;
+  }
+  if (logprobs->is_boolean()) return logprobs->get<bool>() ? static_cast<int>(top) : -1;
+  ESTUARY_ASSIGN_OR_RETURN(const int64_t n, IntField(body, "logprobs", 0, 0, kMaxLogprobs));
+  return static_cast<int>(n);
+}
+
+// {"token id": bias, ...}; ids are checked against the vocabulary by the router.
+absl::Status ParseLogitBias(const nlohmann::json& body,
+                            google::protobuf::Map<int32_t, float>& out) {
+  const nlohmann::json* bias = Field(body, "logit_bias");
+  if (bias == nullptr) return absl::OkStatus();
+  if (!bias->is_object()) return InvalidField("logit_bias", "must be an object of token id: bias");
+  if (bias->size() > kMaxLogitBiasEntries) {
+    return InvalidField("logit_bias", absl::StrCat("has ", bias->size(), " entries; at most ",
+                                                   kMaxLogitBiasEntries));
+  }
+  for (const auto& [key, value] : bias->items()) {
+    const std::string name = absl::StrCat("logit_bias[\"", key, "\"]");
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(key, &id) || id < 0) {
+      return InvalidField(name, "must be keyed by a token id (a non-negative integer)");
+    }
+    if (!value.is_number()) return InvalidField(name, "must be a number");
+    const double v = value.get<double>();
+    if (!(v >= -100.0 && v <= 100.0)) return InvalidField(name, "must be in [-100, 100]");
+    out[id] = static_cast<float>(v);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<estuary::v1::GenerateRequest> ParseSampling(const nlohmann::json& body,
@@ -51,16 +91,16 @@ absl::StatusOr<estuary::v1::GenerateRequest> ParseSampling(const nlohmann::json&
   request.n = static_cast<int>(n);
   ESTUARY_RETURN_IF_ERROR(StringField(body, "user", "").status());  // accepted, not used
 
+  ESTUARY_ASSIGN_OR_RETURN(request.logprobs, ParseLogprobs(body));
+  ESTUARY_ASSIGN_OR_RETURN(request.echo, BoolField(body, "echo", false));
+  if (request.echo && request.logprobs >= 0) {
+    return InvalidField("echo", "with logprobs is not supported (prompt log-probabilities are "
+                                "not computed); drop one of them");
+  }
+
   // Not implemented yet: refused unless neutral.
-  ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "logprobs", false));
-  ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "top_logprobs", 0));
-  ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "echo", false));
   ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "best_of", 1));
   ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "suffix", ""));
-  ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "presence_penalty", 0));
-  ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "frequency_penalty", 0));
-  ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "logit_bias", nlohmann::json::object()));
-  ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "min_tokens", 0));
   ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "skip_special_tokens", true));
   ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "include_stop_str_in_output", false));
   ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "tools", nlohmann::json::array()));
@@ -68,20 +108,37 @@ absl::StatusOr<estuary::v1::GenerateRequest> ParseSampling(const nlohmann::json&
 
   estuary::v1::GenerateRequest one;
   estuary::v1::SamplingParams& s = *one.mutable_sampling();
-  ESTUARY_ASSIGN_OR_RETURN(const double temperature,
-                           NumberField(body, "temperature", 1.0, 0.0, 2.0));
-  s.set_temperature(static_cast<float>(temperature));
-  ESTUARY_ASSIGN_OR_RETURN(const double top_p, NumberField(body, "top_p", 1.0, 0.0, 1.0));
-  if (top_p == 0.0) return InvalidField("top_p", "must be in (0, 1]");
+  // Absent fields stay at the wire's "default" (unset, or 0) for the router to fill.
+  if (Field(body, "temperature") != nullptr) {
+    ESTUARY_ASSIGN_OR_RETURN(const double temperature,
+                             NumberField(body, "temperature", 1.0, 0.0, 2.0));
+    s.set_temperature(static_cast<float>(temperature));
+  }
+  ESTUARY_ASSIGN_OR_RETURN(const double top_p, NumberField(body, "top_p", 0.0, 0.0, 1.0));
+  if (Field(body, "top_p") != nullptr && top_p == 0.0) {
+    return InvalidField("top_p", "must be in (0, 1]");
+  }
   s.set_top_p(static_cast<float>(top_p));
   ESTUARY_ASSIGN_OR_RETURN(const int64_t top_k, IntField(body, "top_k", 0, -1, 1 << 20));
   s.set_top_k(top_k < 0 ? 0 : static_cast<int32_t>(top_k));  // vLLM: -1 = off
   ESTUARY_ASSIGN_OR_RETURN(const double min_p, NumberField(body, "min_p", 0.0, 0.0, 1.0));
   s.set_min_p(static_cast<float>(min_p));
   ESTUARY_ASSIGN_OR_RETURN(const double repetition,
-                           NumberField(body, "repetition_penalty", 1.0, 0.0, 100.0));
-  if (repetition == 0.0) return InvalidField("repetition_penalty", "must be > 0");
+                           NumberField(body, "repetition_penalty", 0.0, 0.0, 10.0));
+  if (Field(body, "repetition_penalty") != nullptr && repetition == 0.0) {
+    return InvalidField("repetition_penalty", "must be > 0");
+  }
   s.set_repetition_penalty(static_cast<float>(repetition));
+  ESTUARY_ASSIGN_OR_RETURN(const double presence,
+                           NumberField(body, "presence_penalty", 0.0, -2.0, 2.0));
+  s.set_presence_penalty(static_cast<float>(presence));
+  ESTUARY_ASSIGN_OR_RETURN(const double frequency,
+                           NumberField(body, "frequency_penalty", 0.0, -2.0, 2.0));
+  s.set_frequency_penalty(static_cast<float>(frequency));
+  ESTUARY_RETURN_IF_ERROR(ParseLogitBias(body, *s.mutable_logit_bias()));
+  ESTUARY_ASSIGN_OR_RETURN(const int64_t min_tokens, IntField(body, "min_tokens", 0, 0, 1 << 24));
+  s.set_min_tokens(static_cast<int32_t>(min_tokens));
+  if (request.logprobs >= 0) s.set_logprobs(request.logprobs);
   ESTUARY_ASSIGN_OR_RETURN(bool ignore_eos, BoolField(body, "ignore_eos", false));
   s.set_ignore_eos(ignore_eos);
 
@@ -98,14 +155,11 @@ absl::StatusOr<estuary::v1::GenerateRequest> ParseSampling(const nlohmann::json&
                            IntsField(body, "stop_token_ids", 64, 0, kMaxTokenId));
   for (int64_t id : stop_ids) s.add_stop_token_ids(static_cast<int32_t>(id));
 
-  if (Field(body, "seed") != nullptr) {
+  if (Field(body, "seed") != nullptr) {  // else the router draws one per choice
     ESTUARY_ASSIGN_OR_RETURN(const int64_t seed,
                              IntField(body, "seed", 0, std::numeric_limits<int64_t>::min(),
                                       std::numeric_limits<int64_t>::max()));
     s.set_seed(static_cast<uint64_t>(seed));
-  } else {
-    thread_local absl::BitGen random;
-    s.set_seed(absl::Uniform<uint64_t>(random));
   }
 
   // The river per request (vLLM-style extra_body fields).
@@ -128,8 +182,10 @@ void ExpandChoices(const std::vector<estuary::v1::GenerateRequest>& inputs,
         choice.set_text(input.text());
       }
       choice.set_model(request.model);
-      choice.mutable_sampling()->set_seed(sampling.sampling().seed() +
-                                          static_cast<uint64_t>(request.choices.size()));
+      if (sampling.sampling().has_seed()) {
+        choice.mutable_sampling()->set_seed(sampling.sampling().seed() +
+                                            static_cast<uint64_t>(request.choices.size()));
+      }
       request.choices.push_back(std::move(choice));
     }
   }

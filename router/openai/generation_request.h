@@ -5,10 +5,11 @@
 // model: this layer checks JSON types, OpenAI's ranges and defaults, and refuses the fields
 // Estuary does not implement yet rather than ignoring them.
 //
-// Defaults follow OpenAI: temperature 1, top_p 1, n 1, max_tokens 16 for completions (the
-// model's remaining context for chat, capped by the router's default). A request without a
-// seed gets a random one, so unseeded sampling differs between requests while the same seed
-// gives the same output.
+// Defaults follow OpenAI: n 1, max_tokens 16 for completions (the model's remaining context for
+// chat, capped by the router's default). Sampling fields a request leaves out stay unset here:
+// the router fills them from the model's generation_config.json, else temperature 1.0, and
+// draws a random seed (router/generation_defaults.h), so unseeded sampling differs between
+// requests while the same seed gives the same output.
 
 #include <cstdint>
 #include <string>
@@ -31,6 +32,11 @@ struct GenerationRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool return_token_ids = false;  // extension: choices carry "token_ids"
   int n = 1;
+  // -1: no log-probabilities; N >= 0: each token's and the N most likely (completions'
+  // `logprobs: N`; chat's `logprobs: true` with `top_logprobs: N`).
+  int logprobs = -1;
+  bool echo = false;  // completions: the prompt's text comes first in each choice's text
+  std::vector<std::string> echo_texts;  // with echo: each choice's prompt text (the server's)
   // One per choice, in OpenAI's order (choice index = prompt index x n + sample index). Input
   // set for completions; left empty by ParseSampling (chat sets it after the template).
   std::vector<estuary::v1::GenerateRequest> choices;

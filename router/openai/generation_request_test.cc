@@ -33,17 +33,20 @@ TEST(CompletionRequestTest, DefaultsAreOpenAis) {
   ASSERT_EQ(r.choices.size(), 1u);
   const estuary::v1::GenerateRequest& c = r.choices[0];
   EXPECT_EQ(c.text(), "Once upon a time");
-  EXPECT_EQ(c.sampling().temperature(), 1.0f);
-  EXPECT_EQ(c.sampling().top_p(), 1.0f);
+  // Unset sampling fields stay unset: the router fills them from generation_config.json or
+  // OpenAI's defaults (router/generation_defaults.h).
+  EXPECT_FALSE(c.sampling().has_temperature());
+  EXPECT_EQ(c.sampling().top_p(), 0.0f);
+  EXPECT_FALSE(c.sampling().has_logprobs());
   EXPECT_EQ(c.sampling().max_tokens(), kDefaultCompletionMaxTokens);
   EXPECT_FALSE(r.stream);
   EXPECT_EQ(r.n, 1);
 }
 
-TEST(CompletionRequestTest, UnseededRequestsGetDifferentSeedsAndASeedIsKept) {
-  const GenerationRequest a = MustParse({{"prompt", "x"}});
-  const GenerationRequest b = MustParse({{"prompt", "x"}});
-  EXPECT_NE(a.choices[0].sampling().seed(), b.choices[0].sampling().seed());
+TEST(CompletionRequestTest, UnseededRequestsLeaveTheSeedToTheRouterAndASeedIsKept) {
+  const GenerationRequest a = MustParse({{"prompt", "x"}, {"n", 2}});
+  EXPECT_FALSE(a.choices[0].sampling().has_seed());
+  EXPECT_FALSE(a.choices[1].sampling().has_seed());
   const GenerationRequest s = MustParse({{"prompt", "x"}, {"seed", 7}});
   EXPECT_EQ(s.choices[0].sampling().seed(), 7u);
 }
@@ -116,14 +119,40 @@ TEST(CompletionRequestTest, ErrorsNameTheField) {
   EXPECT_EQ(ErrorOf(json::array({1})).first, "body");
 }
 
-TEST(CompletionRequestTest, WhatIsNotImplementedIsRefusedUnlessNeutral) {
-  for (const char* field : {"logprobs", "echo"}) {
-    EXPECT_EQ(ErrorOf({{"prompt", "x"}, {field, true}}).first, field);
-    MustParse({{"prompt", "x"}, {field, false}});
-  }
-  EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"presence_penalty", 0.5}}).first, "presence_penalty");
-  MustParse({{"prompt", "x"}, {"presence_penalty", 0}, {"frequency_penalty", 0.0}});
-  EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"logit_bias", {{"5", 100}}}}).first, "logit_bias");
+TEST(CompletionRequestTest, PenaltiesBiasMinTokensAndLogprobsArePassedOn) {
+  const GenerationRequest r = MustParse({{"prompt", "x"},
+                                         {"presence_penalty", 0.5},
+                                         {"frequency_penalty", -1.25},
+                                         {"logit_bias", {{"5", 100}, {"7", -3.5}}},
+                                         {"min_tokens", 4},
+                                         {"logprobs", 3}});
+  const estuary::v1::SamplingParams& s = r.choices[0].sampling();
+  EXPECT_FLOAT_EQ(s.presence_penalty(), 0.5f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty(), -1.25f);
+  ASSERT_EQ(s.logit_bias_size(), 2);
+  EXPECT_FLOAT_EQ(s.logit_bias().at(5), 100.0f);
+  EXPECT_FLOAT_EQ(s.logit_bias().at(7), -3.5f);
+  EXPECT_EQ(s.min_tokens(), 4);
+  EXPECT_EQ(s.logprobs(), 3);
+  EXPECT_EQ(r.logprobs, 3);
+  // Chat's spelling: logprobs: true with top_logprobs.
+  const GenerationRequest chat = MustParse({{"prompt", "x"}, {"logprobs", true}, {"top_logprobs", 2}});
+  EXPECT_EQ(chat.logprobs, 2);
+  EXPECT_EQ(MustParse({{"prompt", "x"}, {"logprobs", false}}).logprobs, -1);
+  EXPECT_EQ(MustParse({{"prompt", "x"}, {"echo", true}}).echo, true);
+}
+
+TEST(CompletionRequestTest, NewFieldsNameTheirErrors) {
+  EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"presence_penalty", 2.5}}).first, "presence_penalty");
+  EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"frequency_penalty", "lots"}}).first, "frequency_penalty");
+  EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"logit_bias", {{"five", 1}}}}).first, "logit_bias[\"five\"]");
+  EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"logit_bias", {{"5", 101}}}}).first, "logit_bias[\"5\"]");
+  EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"logit_bias", json::array()}}).first, "logit_bias");
+  EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"min_tokens", -1}}).first, "min_tokens");
+  EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"logprobs", 21}}).first, "logprobs");
+  EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"top_logprobs", 3}}).first, "top_logprobs");
+  EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"echo", true}, {"logprobs", 1}}).first, "echo");
+  EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"best_of", 2}}).first, "best_of");
   MustParse({{"prompt", "x"}, {"logit_bias", json::object()}, {"logprobs", nullptr}});
 }
 

@@ -15,6 +15,7 @@
 #include "router/openai/generation_request.h"
 #include "router/openai/request_fields.h"
 #include "router/openai/response_json.h"
+#include "rpc/api_key.h"
 #include "rpc/http_serving.h"
 
 namespace estuary::openai {
@@ -81,6 +82,20 @@ class OpenAiServer::Handlers {
       Detokenize(q, r);
     });
     rpc::AddHealthAndMetricsRoutes(server, metrics_, ready_);
+    // --api-key: checked before routing, so an unknown path answers 401 too (it says nothing
+    // about what is served); the probes and /metrics stay open.
+    server.set_pre_routing_handler([this](const httplib::Request& q, httplib::Response& r) {
+      if (options_.api_key.empty() || q.path == "/health" || q.path == "/live" ||
+          q.path == "/metrics" ||
+          rpc::BearerMatches(q.get_header_value("Authorization"), options_.api_key)) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      r.set_header("WWW-Authenticate", "Bearer");
+      SetJson(r, 401,
+              ErrorJson(401, "this server needs an API key: send the header "
+                             "`Authorization: Bearer KEY`"));
+      return httplib::Server::HandlerResponse::Handled;
+    });
     // Errors httplib makes itself (404 no route, 413 too large, 400 bad request line, 405):
     // OpenAI's shape, when no handler wrote a body.
     server.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
@@ -106,7 +121,9 @@ class OpenAiServer::Handlers {
                             {"created", absl::ToUnixSeconds(started_)},
                             {"owned_by", "estuary"},
                             {"root", options_.served_model},
-                            {"max_model_len", options_.context_length}};
+                            {"max_model_len", options_.context_length},
+                            // Estuary's extension: bench-serve draws prompt ids below it.
+                            {"vocab_size", tokenizer_.vocab_size()}};
     SetJson(r, 200, {{"object", "list"}, {"data", nlohmann::json::array({model})}});
   }
 
@@ -160,6 +177,7 @@ class OpenAiServer::Handlers {
     GenerationRequest request;
     ESTUARY_ASSIGN_OR_RETURN(estuary::v1::GenerateRequest sampling,
                              ParseSampling(body, /*max_tokens_default=*/0, request));
+    if (request.echo) return InvalidField("echo", "applies to /v1/completions only");
     const nlohmann::json* messages = Field(body, "messages");
     if (messages == nullptr || !messages->is_array() || messages->empty()) {
       return InvalidField("messages", "must be a non-empty list of messages");
@@ -200,6 +218,20 @@ class OpenAiServer::Handlers {
     envelope.n = request->n;
     envelope.num_layers = options_.num_layers;
     envelope.return_token_ids = request->return_token_ids;
+    envelope.logprobs = request->logprobs;
+    if (request->logprobs >= 0) {
+      envelope.piece = [this](int32_t prev_id, int32_t id) {
+        return tokenizer_.TokenBytes(prev_id < 0 ? tokenizer_.bos_id() : prev_id, id);
+      };
+    }
+    if (request->echo) {
+      for (const estuary::v1::GenerateRequest& choice : request->choices) {
+        request->echo_texts.push_back(
+            choice.has_text() ? choice.text()
+                              : tokenizer_.Decode(absl::MakeConstSpan(choice.tokens().ids().data(),
+                                                                      choice.tokens().ids_size())));
+      }
+    }
     AnswerGeneration(*stub_, std::move(*request), std::move(envelope), options_.request_timeout, r,
                      [this] {
                        running_.fetch_sub(1);

@@ -46,6 +46,9 @@ struct OpenAiServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0 = any free port
   std::string served_model;
+  // --api-key: every path but /health, /live and /metrics wants `Authorization: Bearer KEY`
+  // (401 otherwise); empty = open.
+  std::string api_key;
   int context_length = 0;
   int num_layers = 0;
   int max_concurrent_requests = 256;

@@ -15,6 +15,17 @@ nlohmann::json Envelope(const ResponseEnvelope& envelope, bool chunk) {
           {"model", envelope.model}};
 }
 
+// A choice's "logprobs": null unless the request asked for them.
+nlohmann::json LogprobsValue(const ResponseEnvelope& envelope, absl::Span<const int32_t> ids,
+                             absl::Span<const estuary::v1::TokenLogprobs> logprobs,
+                             int32_t prev_id, size_t text_offset) {
+  if (envelope.logprobs < 0 || !envelope.piece) return nullptr;
+  if (envelope.endpoint == Endpoint::kCompletions) {
+    return CompletionLogprobs(ids, logprobs, prev_id, text_offset, envelope.piece);
+  }
+  return ChatLogprobs(ids, logprobs, prev_id, envelope.piece);
+}
+
 nlohmann::json FinishValue(absl::string_view reason) {
   return reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(std::string(reason));
 }
@@ -55,9 +66,11 @@ nlohmann::json FullBody(const ResponseEnvelope& envelope,
   nlohmann::json body = Envelope(envelope, /*chunk=*/false);
   nlohmann::json list = nlohmann::json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
-    nlohmann::json choice = {{"index", i},
-                             {"logprobs", nullptr},
-                             {"finish_reason", FinishValue(choices[i].finish_reason)}};
+    nlohmann::json choice = {
+        {"index", i},
+        {"logprobs", LogprobsValue(envelope, choices[i].token_ids, choices[i].logprobs, -1,
+                                   choices[i].echo_bytes)},
+        {"finish_reason", FinishValue(choices[i].finish_reason)}};
     if (envelope.endpoint == Endpoint::kCompletions) {
       choice["text"] = choices[i].text;
     } else {
@@ -72,9 +85,13 @@ nlohmann::json FullBody(const ResponseEnvelope& envelope,
 }
 
 nlohmann::json DeltaChunk(const ResponseEnvelope& envelope, int index, absl::string_view text,
-                          const std::vector<int32_t>& token_ids, bool role_first) {
+                          const std::vector<int32_t>& token_ids, bool role_first,
+                          const DeltaLogprobs& logprobs) {
   nlohmann::json chunk = Envelope(envelope, /*chunk=*/true);
-  nlohmann::json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  nlohmann::json choice = {{"index", index},
+                           {"logprobs", LogprobsValue(envelope, token_ids, logprobs.logprobs,
+                                                      logprobs.prev_id, logprobs.text_offset)},
+                           {"finish_reason", nullptr}};
   if (envelope.endpoint == Endpoint::kCompletions) {
     choice["text"] = std::string(text);
   } else {

@@ -26,7 +26,7 @@ TEST(EvalExitCommandTest, RowsPerThresholdAndFullInt4) {
   const fs::path prompts = fs::temp_directory_path() / "estuary-eval-prompts.txt";
   std::ofstream(prompts) << "Once upon a time\nThe little dog was sad because\n";
   const nlohmann::json out =
-      RunJson({BinaryPath("cli/estuary"), "eval-exit", "--model", "../shared/models/stories12L",
+      RunJson({BinaryPath("cli/estuary"), "eval-exit", "--model", "models/stories12L",
                "--taus", "2,0.8", "--prompts", prompts.string(), "--max-tokens", "24", "--json"});
   fs::remove(prompts);
   ASSERT_TRUE(out.contains("rows"));
@@ -80,8 +80,8 @@ TEST(BenchDecodeCommandTest, BadFlagsAreRejected) {
   EXPECT_EQ(result->exit_code, 2);
   EXPECT_NE(result->err.find("--model"), std::string::npos) << result->err;
   result = RunProcess({BinaryPath("cli/estuary"), "eval-exit", "--model",
-                       "../shared/models/stories12L", "--prompts",
-                       "../shared/models/stories12L/prompts.txt", "--taus", "0.8,abc"});
+                       "models/stories12L", "--prompts",
+                       "models/stories12L/prompts.txt", "--taus", "0.8,abc"});
   ASSERT_TRUE(result.ok());
   EXPECT_EQ(result->exit_code, 2);
   EXPECT_NE(result->err.find("abc"), std::string::npos) << result->err;

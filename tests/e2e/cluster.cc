@@ -1,6 +1,8 @@
 #include "tests/e2e/cluster.h"
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +21,18 @@ namespace fs = std::filesystem;
 
 std::string TempPath(const std::string& name) {
   return (fs::temp_directory_path() / absl::StrCat("estuary-e2e-", ::getpid(), "-", name)).string();
+}
+
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
 }
 
 ServingProcess StartWorker(const std::string& binary, const std::string& name,
@@ -121,6 +135,8 @@ Generated Generate(estuary::v1::Inference::Stub& stub, const estuary::v1::Genera
     if (response.has_chunk()) {
       out.ids.insert(out.ids.end(), response.chunk().token_ids().begin(),
                      response.chunk().token_ids().end());
+      out.logprobs.insert(out.logprobs.end(), response.chunk().logprobs().begin(),
+                          response.chunk().logprobs().end());
       out.text += response.chunk().text();
     } else if (response.has_complete()) {
       out.complete = response.complete();

@@ -17,6 +17,10 @@ namespace estuary::testing {
 // A path in the temp folder unique to this test process.
 std::string TempPath(const std::string& name);
 
+// A TCP port free right now on 127.0.0.1 (for a process's --http-port or --metrics-port,
+// bound a moment later).
+int FreePort();
+
 // Starts `binary` (relative to the build folder, BinaryPath) with --port 0 and `flags`, waiting
 // up to a minute for it to serve. Fails the test (and returns an empty process) otherwise.
 ServingProcess StartWorker(const std::string& binary, const std::string& name,
@@ -47,6 +51,7 @@ class Cluster {
   explicit Cluster(const ClusterSpec& spec);
 
   estuary::v1::Inference::Stub& stub() { return *stub_; }
+  const std::string& router_address() const { return router_.address; }
   // A greedy request for `prompt` with as many new tokens as the golden runs had.
   estuary::v1::GenerateRequest Greedy(const std::vector<int32_t>& prompt, int wanted = 200) const {
     return GreedyIds(prompt, FittingMaxTokens(prompt, context_, wanted));
@@ -68,6 +73,7 @@ class Cluster {
 struct Generated {
   grpc::Status status;
   std::vector<int32_t> ids;
+  std::vector<estuary::v1::TokenLogprobs> logprobs;  // per token, when the request asked
   std::string text;
   estuary::v1::Complete complete;
 };

@@ -137,7 +137,7 @@ def own_sources(build_dir, exe):
     return files
 
 
-MODEL_LITERAL = re.compile(r'shared/models/([A-Za-z0-9_.\-]*)')
+MODEL_LITERAL = re.compile(r'(?:shared/)?models/([A-Za-z0-9_.\-]*)')
 GOLDEN_HELPERS = re.compile(r'golden_cases\.h|inprocess_workers\.h|GoldenModels\(')
 BUILD_PATHS = re.compile(r'ESTUARY_(SOURCE|BINARY)_DIR')
 

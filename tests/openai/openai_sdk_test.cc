@@ -29,21 +29,9 @@ namespace {
 
 using ::estuary::testing::Cluster;
 using ::estuary::testing::FreePages;
+using ::estuary::testing::FreePort;
 using ::estuary::testing::RunProcess;
 using ::estuary::testing::Spec;
-
-// A TCP port free right now on 127.0.0.1 (the router binds it a moment later).
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 // The SDK's packages (tests/openai/node_modules); a skip reason when they cannot be had.
 std::string InstallSdk() {
@@ -84,6 +72,26 @@ TEST(OpenAiSdkTest, TheOfficialSdkDrivesTheRouterAndADroppedStreamFreesItsPages)
     absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_EQ(FreePages(decode, true), decode_free) << "the dropped stream's pages";
+}
+
+// /v1/chat/completions with a chat template (TinyLlama's, whose markers the tiny tokenizer can
+// spell): sdk_test.mjs's chat checks, streamed and not.
+TEST(OpenAiSdkTest, ChatCompletionsThroughAChatTemplate) {
+  const std::string skip = InstallSdk();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  const int port = FreePort();
+  Cluster cluster{Spec("stories260K", 0, 1, 1, 1,
+                       {"--http-port", absl::StrCat(port), "--chat-template",
+                        ESTUARY_SOURCE_DIR "/tests/chat/templates/tinyllama-chat.jinja"})};
+  auto ran = RunProcess({"/usr/bin/node", "tests/openai/sdk_test.mjs",
+                         absl::StrCat("http://127.0.0.1:", port, "/v1"),
+                         testing::GoldenModelDir("stories260K") + "/golden.json", "stories260K",
+                         "chat"},
+                        absl::Minutes(2));
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_EQ(ran->exit_code, 0) << ran->out << "\n" << ran->err << "\n" << cluster.Logs();
+  EXPECT_NE(ran->out.find("\"passed\":3"), std::string::npos) << ran->out;
+  std::printf("%s", ran->out.c_str());
 }
 
 // Malformed requests of every kind, from a fixed seed.

@@ -17,7 +17,7 @@
 namespace estuary::testing {
 
 struct InProcessWorkersOptions {
-  std::string model = "stories260K";  // under ../shared/models
+  std::string model = "stories260K";  // under models/ (GoldenModelDir)
   // The prefill worker's transport (e.g. a FaultTransport); default: in-process.
   std::unique_ptr<kvtransfer::Transport> prefill_transport;
   absl::Duration lease = absl::Seconds(30);

@@ -445,7 +445,7 @@ TEST(SampleRowsTest, TemperatureZeroAndTopKOneAreArgmax) {
     SamplingParams params;
     params.temperature = 0.0f;
     Sampler sampler(params);
-    EXPECT_EQ(sampler.Sample(absl::MakeSpan(row), {}), CpuArgmax(logits, n_rows, vocab)[r]);
+    EXPECT_EQ(sampler.Sample(absl::MakeSpan(row), {}, 0).id, CpuArgmax(logits, n_rows, vocab)[r]);
   }
 }
 
