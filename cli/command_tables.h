@@ -8,7 +8,8 @@
 // siblings' and `estuary up` knows which server each of its flags goes to.
 //
 // Adding a flag: define it where it is read AND add its name (underscores) to the table of every
-// command that reads it; the cli_help test fails for a name a binary does not define.
+// command that reads it. tests/cli/command_flags_cli_test fails for a name a binary does not
+// define, and for a flag of estuary_main.cc that no subcommand takes.
 
 #include <string>
 #include <vector>

@@ -91,7 +91,9 @@ ABSL_FLAG(std::vector<std::string>, batch, std::vector<std::string>({"1", "4", "
           "bench-decode: comma-separated batch sizes");
 ABSL_FLAG(int, exit_after, 4, "bench-decode: backbone layers before the river's forced exit");
 ABSL_FLAG(int, steps, 8, "bench-decode: timed decode steps per mode and batch");
-ABSL_FLAG(bool, river, false, "generate: decode through the paged engine with the exit river");
+ABSL_FLAG(bool, river, false,
+          "generate: decode through the paged engine with the exit river; up: the decode "
+          "workers decode with it");
 ABSL_FLAG(std::string, device, "cpu",
           "generate, up: where the engines run: cpu, or cuda / cuda:N (a CUDA build); up gives "
           "worker i GPU N + i, decode workers first, and moves KV over NCCL");
@@ -119,7 +121,7 @@ ABSL_FLAG(int64_t, kv_cache_bytes, 0,
           "up: older spelling of --kv-cache-memory in plain bytes; when > 0 it is used instead");
 ABSL_FLAG(int, metrics_port, -1,
           "up: Prometheus /metrics: -1 = off; 0 = every process on a free port; P = the router "
-          "on P and member i on P + i (decode workers first)");
+          "on P, the workers on P + 1, P + 2, ... (decode workers first)");
 ABSL_FLAG(std::string, api_key, "",
           "client, bench-serve: sent as `authorization: Bearer KEY`; up: the router requires it; "
           "default: $ESTUARY_API_KEY");
@@ -199,7 +201,8 @@ namespace estuary::cli {
 namespace {
 
 // The top-level usage: every subcommand with its summary (cli/command_tables.cc), and any flag
-// defined here that no subcommand takes (a table error; the cli_help test asserts there is none).
+// defined here that no subcommand takes (a table error; tests/cli/command_flags_cli_test asserts
+// there is none).
 std::string Usage() {
   std::string usage = "usage: estuary <command> [flags]\ncommands:\n";
   for (const process::CommandFlags& command : EstuaryCommands()) {

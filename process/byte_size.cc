@@ -62,12 +62,17 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
 }
 
 std::string FormatByteSize(int64_t bytes) {
-  constexpr Unit kBinary[] = {{"TiB", int64_t{1} << 40},
-                              {"GiB", int64_t{1} << 30},
-                              {"MiB", int64_t{1} << 20},
-                              {"KiB", int64_t{1} << 10}};
+  // Binary units first (memory is sized in them), then decimal ones, from the largest.
+  constexpr Unit kSpellings[] = {{"TiB", int64_t{1} << 40},
+                                 {"GiB", int64_t{1} << 30},
+                                 {"MiB", int64_t{1} << 20},
+                                 {"TB", int64_t{1000} * 1000 * 1000 * 1000},
+                                 {"GB", 1000 * 1000 * 1000},
+                                 {"MB", 1000 * 1000},
+                                 {"KiB", int64_t{1} << 10},
+                                 {"KB", 1000}};
   if (bytes > 0) {
-    for (const Unit& u : kBinary) {
+    for (const Unit& u : kSpellings) {
       if (bytes % u.scale == 0) return absl::StrCat(bytes / u.scale, u.name);
     }
   }

@@ -18,7 +18,7 @@ struct ByteSize {
 
 // INVALID_ARGUMENT saying what is accepted (no number, unknown unit, negative, over 2^62).
 absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
-// The shortest exact spelling: "2GiB", "256MiB", "1000", ...
+// An exact spelling, binary units first: "2GiB", "256MiB", "2GB", "4KiB", "1KB", "100".
 std::string FormatByteSize(int64_t bytes);
 
 // absl flag support.

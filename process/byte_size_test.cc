@@ -31,11 +31,14 @@ TEST(ByteSizeTest, RefusesWhatIsNotASize) {
   }
 }
 
-TEST(ByteSizeTest, FormatsTheShortestExactSpelling) {
+TEST(ByteSizeTest, FormatsAnExactSpelling) {
   EXPECT_EQ(FormatByteSize(int64_t{2} << 30), "2GiB");
   EXPECT_EQ(FormatByteSize(int64_t{256} << 20), "256MiB");
   EXPECT_EQ(FormatByteSize(int64_t{3} << 29), "1536MiB");
-  EXPECT_EQ(FormatByteSize(1000), "1000");
+  EXPECT_EQ(FormatByteSize(2000000000), "2GB");  // not 1953125KiB
+  EXPECT_EQ(FormatByteSize(4096), "4KiB");
+  EXPECT_EQ(FormatByteSize(1000), "1KB");
+  EXPECT_EQ(FormatByteSize(100), "100");
   EXPECT_EQ(FormatByteSize(0), "0");
 }
 

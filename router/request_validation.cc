@@ -61,7 +61,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const estuary::v1::GenerateReques
   if (prompt >= limits.context_length) {
     return absl::InvalidArgumentError(
         absl::StrCat("prompt of ", prompt, " tokens leaves no room for a new token in the context "
-                     "length of ", limits.context_length));
+                     "length of ", limits.context_length, " (--max-model-len, or the model's)"));
   }
 
   // Length.
@@ -76,7 +76,8 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const estuary::v1::GenerateReques
   } else if (s.max_tokens() > room) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt of ", prompt, " tokens + sampling.max_tokens = ", s.max_tokens(),
-        " exceeds the context length of ", limits.context_length, " (at most ", room,
+        " exceeds the context length of ", limits.context_length,
+        " (--max-model-len, or the model's; at most ", room,
         " new tokens)"));
   } else {
     prepared.max_tokens = s.max_tokens();
@@ -118,6 +119,8 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const estuary::v1::GenerateReques
     }
     prepared.stop.push_back(stop);
   }
+
+  prepared.include_stop_str = s.include_stop_str_in_output();
 
   // Exit river.
   const float tau = request.exit().threshold();

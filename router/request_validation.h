@@ -35,6 +35,7 @@ struct PreparedRequest {
   estuary::v1::SamplingParams sampling;
   estuary::v1::ExitParams exit;
   std::vector<std::string> stop;    // stop strings, matched on the detokenized text
+  bool include_stop_str = false;    // the matched stop string ends the text
 };
 
 // Checks `request` against the model and tokenizes text input (with BOS).

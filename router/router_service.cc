@@ -85,9 +85,9 @@ struct RouterService::Attempt {
 class RouterService::Relay {
  public:
   Relay(const Tokenizer& tokenizer, int32_t last_prompt_id, std::vector<std::string> stops,
-        int num_layers)
+        bool include_stop, int num_layers)
       : detokenizer_(tokenizer, last_prompt_id),
-        stops_(std::move(stops)),
+        stops_(std::move(stops), include_stop),
         num_layers_(num_layers),
         histogram_(static_cast<size_t>(num_layers) + 1, 0) {}
 
@@ -362,7 +362,8 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   *worker_request.mutable_exit() = prepared->exit;
   worker_request.set_deadline_unix_ms(rpc::DeadlineToUnixMs(attempt.deadline));
 
-  Relay relay(*tokenizer_, prepared->prompt_ids.back(), prepared->stop, limits_.num_layers);
+  Relay relay(*tokenizer_, prepared->prompt_ids.back(), prepared->stop,
+              prepared->include_stop_str, limits_.num_layers);
   const int prompt_tokens = static_cast<int>(prepared->prompt_ids.size());
 
   // Streams the relay's output; false when the client went away.

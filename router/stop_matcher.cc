@@ -4,7 +4,8 @@
 
 namespace estuary::router {
 
-StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+StopMatcher::StopMatcher(std::vector<std::string> stops, bool include_match)
+    : stops_(std::move(stops)), include_match_(include_match) {
   stops_.erase(std::remove(stops_.begin(), stops_.end(), std::string()), stops_.end());
 }
 
@@ -18,12 +19,17 @@ StopMatcher::Result StopMatcher::Push(std::string_view text) {
   }
   // The earliest match of any stop string. Everything before `held_` was released only once
   // no stop string could start in it, so a match lies wholly inside `held_`.
-  size_t first = std::string::npos;
+  // Of the stop strings matching there, the longest.
+  size_t first = std::string::npos, matched = 0;
   for (const std::string& stop : stops_) {
-    first = std::min(first, held_.find(stop));
+    const size_t at = held_.find(stop);
+    if (at < first || (at == first && at != std::string::npos && stop.size() > matched)) {
+      first = at;
+      matched = stop.size();
+    }
   }
   if (first != std::string::npos) {
-    result.text = held_.substr(0, first);
+    result.text = held_.substr(0, include_match_ ? first + matched : first);
     result.stopped = true;
     stopped_ = true;
     held_.clear();

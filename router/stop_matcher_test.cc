@@ -65,6 +65,19 @@ TEST(StopMatcherTest, TheEarliestOfSeveralStopStringsWins) {
   EXPECT_EQ(text, "hel");
 }
 
+// include_stop_str_in_output: the text ends with the stop string that matched (the longest of
+// those matching at the earliest place), across chunk boundaries too.
+TEST(StopMatcherTest, IncludingTheMatchEndsTheTextWithIt) {
+  StopMatcher matcher({"The End", "The"}, /*include_match=*/true);
+  const auto [text, stopped] = Feed(matcher, {"and so. Th", "e E", "nd! more"});
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(text, "and so. The");  // "The" matched once "The" was there; "The End" not yet
+  StopMatcher longest({"ab", "abc"}, /*include_match=*/true);
+  StopMatcher::Result r = longest.Push("xxabcyy");
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.text, "xxabc");
+}
+
 TEST(StopMatcherTest, StopStringInsideOneChunk) {
   StopMatcher matcher({"\n\n"});
   StopMatcher::Result r = matcher.Push("line one\n\nline two");

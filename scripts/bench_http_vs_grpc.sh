@@ -25,7 +25,10 @@ repeats="${REPEATS:-3}"
 work="$(mktemp -d)"
 up_pid=""
 cleanup() {
-  if [ -n "$up_pid" ]; then kill -TERM "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; fi
+  if [ -n "$up_pid" ]; then
+    kill -TERM "$up_pid" 2>/dev/null || true
+    wait "$up_pid" 2>/dev/null || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT

@@ -13,7 +13,7 @@
 #                     lib-fallback/: libstdc++ and libgcc_s, used there only if the system's are
 #                     missing or too old;
 #   machine-libs.txt  libraries taken from the GPU machine (cuBLAS, NCCL): too big to carry;
-#   models/           the ../shared/models folders the tests read (../shared does not travel);
+#   models/           the repository's models/ folders the tests read;
 #   INFO              commit, compiler and contents.
 # Not carried: glibc (libc, libm, libpthread, libdl, librt, ld-linux) and the driver (libcuda,
 # libnvidia-*). Environment: JOBS (build jobs, default nproc).
@@ -126,7 +126,7 @@ printf '%s\n' "${!machine_libs[@]}" | sort >"$stage/machine-libs.txt"
 mapfile -t models < <(python3 tests/gpu/manifest.py models --build-dir "$build" --source-dir . \
   "${test_exes[@]}")
 for model in "${models[@]}"; do
-  cp -rL "../shared/models/$model" "$stage/models/$model"
+  cp -rL "models/$model" "$stage/models/$model"
 done
 
 # Every library of every binary must come from the bundle or be one the GPU machine has.

@@ -4,13 +4,14 @@
 // server metrics the Gateway API Inference Extension's endpoint picker reads:
 //
 //   estuary:num_requests_waiting   queue depth      (vLLM: vllm:num_requests_waiting)
+//   estuary:num_requests_running   running requests (vLLM: vllm:num_requests_running)
 //   estuary:kv_cache_usage_perc    KV utilisation   (vLLM: vllm:kv_cache_usage_perc, formerly
 //                                                    vllm:gpu_cache_usage_perc), in [0, 1]
 //
-// plus estuary:num_requests_running, estuary:num_preemptions_total and the prefix cache's
-// estuary:prefix_cache_queries_total / estuary:prefix_cache_hits_total (in tokens, as vLLM's).
-// The engines keep their own totals (KvPoolStats, DecodeEngine::preemptions()); Update() copies
-// them here after each step, so the engines know nothing of Prometheus.
+// plus estuary:num_preemptions_total and the prefix cache's estuary:prefix_cache_queries_total /
+// estuary:prefix_cache_hits_total (in tokens, as vLLM's). The engines keep their own totals
+// (KvPoolStats, DecodeEngine::preemptions()); the services' step loops copy them here with
+// UpdateScheduler / UpdatePool, so the engines know nothing of Prometheus.
 
 #include <cstdint>
 

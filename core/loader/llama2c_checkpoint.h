@@ -1,6 +1,6 @@
 #pragma once
 // Loader for llama2.c checkpoints (model.bin, "version 0" layout), the format of the shipped
-// stories models. See ../shared/models/stories260K/README.md for the layout.
+// stories models. See models/stories260K/README.md for the layout.
 
 #include <string>
 

@@ -30,7 +30,7 @@ inline void WriteAll(const std::filesystem::path& path, const std::string& bytes
 }
 
 inline std::string ModelDir(const char* name) {
-  return std::string(ESTUARY_SOURCE_DIR) + "/../shared/models/" + name;
+  return std::string(ESTUARY_SOURCE_DIR) + "/models/" + name;
 }
 
 }  // namespace estuary::testing_util

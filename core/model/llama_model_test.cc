@@ -11,7 +11,7 @@
 namespace estuary {
 namespace {
 
-constexpr char kStories260K[] = "../shared/models/stories260K";
+constexpr char kStories260K[] = "models/stories260K";
 
 // Prefill of a whole prompt in one chunk and token-by-token decode must give the same logits:
 // the GEMM and GEMV paths and the causal mask agree.

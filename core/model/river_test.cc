@@ -46,7 +46,7 @@ class RiverReferenceTest : public ::testing::TestWithParam<std::tuple<std::strin
 
 TEST_P(RiverReferenceTest, ForcedExitEqualsDequantizedReference) {
   const auto& [model_name, last] = GetParam();
-  auto loaded = LoadModel("../shared/models/" + model_name);
+  auto loaded = LoadModel("models/" + model_name);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const LlamaModel& model = *loaded->model;
   const int n_layers = model.config().n_layers;
@@ -98,7 +98,7 @@ INSTANTIATE_TEST_SUITE_P(
 // River KV goes into the same pages as backbone KV; provenance records the last backbone layer;
 // layers below the exit hold exactly the backbone's KV.
 TEST(RiverTest, RiverKvLandsInTheSequencePagesWithProvenance) {
-  auto loaded = LoadModel("../shared/models/stories12L");
+  auto loaded = LoadModel("models/stories12L");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const LlamaModel& model = *loaded->model;
   const LlamaConfig& c = model.config();
@@ -150,7 +150,7 @@ TEST(RiverTest, RiverKvLandsInTheSequencePagesWithProvenance) {
 // batch_min: one sequence with exit disabled keeps the whole batch on the backbone; split lets
 // the other one leave alone.
 TEST(RiverTest, BatchMinCouplesTheBatchAndSplitDoesNot) {
-  auto loaded = LoadModel("../shared/models/stories12L");
+  auto loaded = LoadModel("models/stories12L");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const LlamaModel& model = *loaded->model;
   const LlamaConfig& c = model.config();
@@ -185,8 +185,8 @@ TEST(RiverTest, BatchMinCouplesTheBatchAndSplitDoesNot) {
 // Backbone offloading: with layers >= K released, decoding forces the exit at K and equals a
 // run that forces it with --max-backbone-layers; without a river it is refused.
 TEST(RiverTest, ResidentBackboneLayersForceTheExit) {
-  auto released = LoadModel("../shared/models/stories12L");
-  auto intact = LoadModel("../shared/models/stories12L");
+  auto released = LoadModel("models/stories12L");
+  auto intact = LoadModel("models/stories12L");
   ASSERT_TRUE(released.ok() && intact.ok());
   const LlamaConfig& c = intact->model->config();
   auto river = River::Build(intact->model->weights(), Int4QuantOptions());

@@ -56,7 +56,7 @@ TEST(TensorParallelTest, RejectsSizesThatDoNotDivideTheHeadsWithAClearMessage) {
 }
 
 TEST(TensorParallelTest, ShardsSplitHeadsAndMlpAndShareRowStorage) {
-  auto loaded = LoadModel("../shared/models/stories260K");
+  auto loaded = LoadModel("models/stories260K");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const LlamaModel& whole = *loaded->model;
   const LlamaConfig& c = whole.config();

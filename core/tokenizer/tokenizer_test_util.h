@@ -12,9 +12,9 @@
 namespace estuary {
 namespace testing_util {
 
-// ../shared/models/<name>/<file>, relative to the source tree.
+// models/<name>/<file>, relative to the source tree.
 inline std::string ModelPath(const std::string& model, const std::string& file) {
-  return std::string(ESTUARY_SOURCE_DIR) + "/../shared/models/" + model + "/" + file;
+  return std::string(ESTUARY_SOURCE_DIR) + "/models/" + model + "/" + file;
 }
 
 struct GoldenCase {

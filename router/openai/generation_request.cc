@@ -102,7 +102,6 @@ absl::StatusOr<estuary::v1::GenerateRequest> ParseSampling(const nlohmann::json&
   ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "best_of", 1));
   ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "suffix", ""));
   ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "skip_special_tokens", true));
-  ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "include_stop_str_in_output", false));
   ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "tools", nlohmann::json::array()));
   ESTUARY_RETURN_IF_ERROR(RefuseUnsupported(body, "response_format", nlohmann::json::object()));
 
@@ -149,6 +148,9 @@ absl::StatusOr<estuary::v1::GenerateRequest> ParseSampling(const nlohmann::json&
                            IntField(body, "max_completion_tokens", max_tokens, 1, 1 << 24));
   s.set_max_tokens(static_cast<int32_t>(max_completion));
 
+  ESTUARY_ASSIGN_OR_RETURN(const bool include_stop,
+                           BoolField(body, "include_stop_str_in_output", false));
+  s.set_include_stop_str_in_output(include_stop);
   ESTUARY_ASSIGN_OR_RETURN(std::vector<std::string> stop, StringsField(body, "stop", 16));
   for (std::string& text : stop) s.add_stop(std::move(text));
   ESTUARY_ASSIGN_OR_RETURN(std::vector<int64_t> stop_ids,

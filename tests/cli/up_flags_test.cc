@@ -288,5 +288,21 @@ TEST_F(UpFlagsTest, ClientSendsTheKey) {
   EXPECT_TRUE(out.is_object()) << served->out;
 }
 
+TEST_F(UpFlagsTest, BenchServeSendsTheKeyFromTheEnvironmentToo) {
+  const std::vector<std::string> bench = {BinaryPath("cli/estuary"), "bench-serve", "--server",
+                                          *router_, "--num-requests", "2", "--input-len", "8",
+                                          "--output-len", "4", "--rate", "0", "--json"};
+  absl::StatusOr<testing::ProcessResult> refused = testing::RunProcess(bench, absl::Seconds(60));
+  ASSERT_TRUE(refused.ok());
+  EXPECT_NE(refused->exit_code, 0) << refused->out;
+  EXPECT_NE(refused->err.find("UNAUTHENTICATED"), std::string::npos) << refused->err;
+  // $ESTUARY_API_KEY, through env(1) (the test's own environment stays as it was).
+  std::vector<std::string> with_env = {"/usr/bin/env", std::string("ESTUARY_API_KEY=") + kKey};
+  with_env.insert(with_env.end(), bench.begin(), bench.end());
+  absl::StatusOr<testing::ProcessResult> served = testing::RunProcess(with_env, absl::Seconds(60));
+  ASSERT_TRUE(served.ok());
+  EXPECT_EQ(served->exit_code, 0) << served->err;
+}
+
 }  // namespace
 }  // namespace estuary

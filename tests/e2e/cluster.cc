@@ -35,6 +35,16 @@ int FreePort() {
   return ntohs(address.sin_port);
 }
 
+std::string LoggedAddress(const ServingProcess& process, const std::string& marker) {
+  if (process.process == nullptr) return "";
+  const std::string log = process.process->Log();
+  const size_t at = log.find(marker);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + marker.size();
+  const size_t end = log.find_first_of("/ \n", begin);
+  return log.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
 ServingProcess StartWorker(const std::string& binary, const std::string& name,
                            std::vector<std::string> flags) {
   flags.insert(flags.begin(), {"--port", "0"});
@@ -77,6 +87,7 @@ Cluster::Cluster(const ClusterSpec& spec) : spec_(spec) {
   const std::string model = GoldenModelDir(spec.model);
   std::vector<std::string> router_flags = {"--model", model};
   router_flags.insert(router_flags.end(), spec.router_flags.begin(), spec.router_flags.end());
+  if (!spec.api_key.empty()) router_flags.insert(router_flags.end(), {"--api-key", spec.api_key});
   router_ = StartWorker("router/estuary-router", "router", router_flags);
   for (int i = 0; i < spec.decode + spec.prefill; ++i) {
     const bool decode = i < spec.decode;
@@ -110,6 +121,7 @@ void Cluster::WaitUntilRegistered() {
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (absl::Now() < deadline) {
     grpc::ClientContext context;
+    if (!spec_.api_key.empty()) context.AddMetadata("authorization", "Bearer " + spec_.api_key);
     estuary::v1::ModelInfo info;
     if (stub_->GetModelInfo(&context, {}, &info).ok() && info.decode_tp_size() > 0 &&
         (spec_.prefill == 0 || info.prefill_tp_size() > 0)) {
@@ -144,6 +156,10 @@ Generated Generate(estuary::v1::Inference::Stub& stub, const estuary::v1::Genera
   }
   out.status = reader->Finish();
   return out;
+}
+
+std::string RouterHttpAddress(const Cluster& cluster) {
+  return LoggedAddress(cluster.router(), "OpenAI HTTP on http://");
 }
 
 int FreePages(const std::string& address, bool decode) {

@@ -18,8 +18,12 @@ namespace estuary::testing {
 std::string TempPath(const std::string& name);
 
 // A TCP port free right now on 127.0.0.1 (for a process's --http-port or --metrics-port,
-// bound a moment later).
+// bound a moment later; another process may take it first: LoggedAddress is race-free).
 int FreePort();
+
+// The host:port a process logged right after `marker` (e.g. "OpenAI HTTP on http://"), for
+// ports it picked itself (flag value 0); empty when its log has no such line.
+std::string LoggedAddress(const ServingProcess& process, const std::string& marker);
 
 // Starts `binary` (relative to the build folder, BinaryPath) with --port 0 and `flags`, waiting
 // up to a minute for it to serve. Fails the test (and returns an empty process) otherwise.
@@ -36,6 +40,8 @@ struct ClusterSpec {
   std::string model = "stories12L";
   int prefill = 1, decode = 1, tp_prefill = 1, tp_decode = 1;
   std::vector<std::string> router_flags;
+  // The router's --api-key (empty: none); the harness's own calls send it.
+  std::string api_key;
   // Extra flags of every prefill / decode worker (e.g. --device cuda --kv-transport nccl).
   std::vector<std::string> prefill_flags;
   std::vector<std::string> decode_flags;
@@ -52,6 +58,7 @@ class Cluster {
 
   estuary::v1::Inference::Stub& stub() { return *stub_; }
   const std::string& router_address() const { return router_.address; }
+  const ServingProcess& router() const { return router_; }
   // A greedy request for `prompt` with as many new tokens as the golden runs had.
   estuary::v1::GenerateRequest Greedy(const std::vector<int32_t>& prompt, int wanted = 200) const {
     return GreedyIds(prompt, FittingMaxTokens(prompt, context_, wanted));
@@ -69,6 +76,10 @@ class Cluster {
   std::unique_ptr<estuary::v1::Inference::Stub> stub_;
   int context_ = 0;
 };
+
+// The router's OpenAI HTTP address (host:port, from its log) when it was started with
+// --http-port 0 (race-free, unlike a FreePort picked beforehand); "" when it logged none.
+std::string RouterHttpAddress(const Cluster& cluster);
 
 struct Generated {
   grpc::Status status;

@@ -134,8 +134,9 @@ else
   done
 fi
 
-# Tests run from the repository root and read ../shared/models. Where ../shared is not beside the
-# checkout, they run from a copy of the root made of links, with the bundle's models beside it.
+# Tests run from the repository root and read models/ (GoldenModelDir honours ESTUARY_MODELS_DIR,
+# the bundle's copy). Older layouts read ../shared/models: where it is not beside the checkout,
+# they run from a copy of the root made of links, with the bundle's models beside it.
 run_root="$root"
 if [ -n "$models_dir" ] && [ -n "$(ls -A "$models_dir" 2>/dev/null)" ]; then
   export ESTUARY_MODELS_DIR="$models_dir"

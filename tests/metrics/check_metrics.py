@@ -6,7 +6,8 @@ Parses each process's Prometheus text with the reference client library's parser
 metrics parity (README "Metrics"): the router's model_name label, token counters equal to the
 requests' usage sums, the inter-token latency histogram; the workers' queue depth, KV
 utilisation in [0, 1], preemptions and prefix-cache counters. Run by metrics_parity_test.cc
-after it served the requests whose sums it passes here. Exit status 1 names every failed check.
+after it served the requests whose sums it passes here (and, with --streaming N, while N
+requests stream: the running gauges). Exit status 1 names every failed check.
 """
 
 import argparse

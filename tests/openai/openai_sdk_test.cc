@@ -29,7 +29,7 @@ namespace {
 
 using ::estuary::testing::Cluster;
 using ::estuary::testing::FreePages;
-using ::estuary::testing::FreePort;
+using ::estuary::testing::RouterHttpAddress;
 using ::estuary::testing::RunProcess;
 using ::estuary::testing::Spec;
 
@@ -50,8 +50,8 @@ std::string InstallSdk() {
 // A router with its HTTP door and one decode worker that prefills locally: the door is what
 // these tests are about (the disaggregated path has its own tests in tests/e2e).
 struct HttpCluster {
-  int port = FreePort();
-  Cluster cluster{Spec("stories260K", 0, 1, 1, 1, {"--http-port", absl::StrCat(port)})};
+  Cluster cluster{Spec("stories260K", 0, 1, 1, 1, {"--http-port", "0"})};
+  std::string address = RouterHttpAddress(cluster);  // host:port
 };
 
 TEST(OpenAiSdkTest, TheOfficialSdkDrivesTheRouterAndADroppedStreamFreesItsPages) {
@@ -61,7 +61,7 @@ TEST(OpenAiSdkTest, TheOfficialSdkDrivesTheRouterAndADroppedStreamFreesItsPages)
   const std::string decode = http.cluster.decode(0).address;
   const int decode_free = FreePages(decode, true);
   auto ran = RunProcess({"/usr/bin/node", "tests/openai/sdk_test.mjs",
-                         absl::StrCat("http://127.0.0.1:", http.port, "/v1"),
+                         absl::StrCat("http://", http.address, "/v1"),
                          testing::GoldenModelDir("stories260K") + "/golden.json", "stories260K"},
                         absl::Minutes(3));
   ASSERT_TRUE(ran.ok()) << ran.status();
@@ -79,12 +79,11 @@ TEST(OpenAiSdkTest, TheOfficialSdkDrivesTheRouterAndADroppedStreamFreesItsPages)
 TEST(OpenAiSdkTest, ChatCompletionsThroughAChatTemplate) {
   const std::string skip = InstallSdk();
   if (!skip.empty()) GTEST_SKIP() << skip;
-  const int port = FreePort();
   Cluster cluster{Spec("stories260K", 0, 1, 1, 1,
-                       {"--http-port", absl::StrCat(port), "--chat-template",
+                       {"--http-port", "0", "--chat-template",
                         ESTUARY_SOURCE_DIR "/tests/chat/templates/tinyllama-chat.jinja"})};
   auto ran = RunProcess({"/usr/bin/node", "tests/openai/sdk_test.mjs",
-                         absl::StrCat("http://127.0.0.1:", port, "/v1"),
+                         absl::StrCat("http://", RouterHttpAddress(cluster), "/v1"),
                          testing::GoldenModelDir("stories260K") + "/golden.json", "stories260K",
                          "chat"},
                         absl::Minutes(2));
@@ -143,7 +142,7 @@ std::vector<std::pair<std::string, std::string>> MalformedRequests(int count) {
 
 TEST(OpenAiHttpTest, TenThousandMalformedRequestsGet4xxAndCorrectOnesKeepBeingServed) {
   HttpCluster http;
-  httplib::Client client("127.0.0.1", http.port);
+  httplib::Client client(absl::StrCat("http://", http.address));
   client.set_read_timeout(30);
   auto serves = [&] {
     auto r = client.Post("/v1/completions",

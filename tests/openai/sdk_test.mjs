@@ -97,6 +97,12 @@ await step('stop strings', async () => {
   });
   same(r.choices[0].text, text.slice(0, text.indexOf(stop)), 'text before the stop string');
   same(r.choices[0].finish_reason, 'stop', 'finish_reason');
+  const included = await client.completions.create({
+    model, prompt: first.prompt, max_tokens: 60, temperature: 0, stop: [stop],
+    include_stop_str_in_output: true,
+  });
+  same(included.choices[0].text, text.slice(0, text.indexOf(stop) + stop.length),
+       'include_stop_str_in_output: the text ends with the stop string');
 });
 
 await step('n = 2, seeded: two choices, the same again with the same seed', async () => {

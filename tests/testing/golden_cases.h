@@ -1,5 +1,5 @@
 #pragma once
-// The golden greedy outputs shipped with the tiny models (../shared/models/<model>/golden.json),
+// The golden greedy outputs shipped with the tiny models (models/<model>/golden.json),
 // for tests that compare against them. Paths are relative to the repository root, which is the
 // tests' working directory.
 
@@ -11,7 +11,7 @@
 namespace estuary::testing {
 
 struct GoldenCase {
-  std::string model;  // folder name under ../shared/models
+  std::string model;  // folder name under models/
   int index = 0;
   std::string prompt;
   std::vector<int32_t> prompt_ids;
