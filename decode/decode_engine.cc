@@ -248,6 +248,8 @@ void DecodeEngine::DrainReservations() {
   for (std::unique_ptr<Reserved>& r : completed) {
     Sequence& s = *r->sequence;
     s.kv.set_length(s.PrefillTarget());
+    // The pushed prompt joins the prefix cache: later samples of it adopt its full pages.
+    if (options_.enable_prefix_caching) s.kv.RegisterFullPages(s.tokens);
     running_.push_back(std::move(r->sequence));
     EmitToken(s, std::move(r->first_token), model_.config().n_layers);
   }

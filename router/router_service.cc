@@ -45,7 +45,9 @@ struct RouterService::Active {
   grpc::ServerContext* server_context ABSL_GUARDED_BY(mu) = nullptr;  // null once the call ends
   grpc::ClientContext* worker_call ABSL_GUARDED_BY(mu) = nullptr;     // the worker call under way
   std::string decode_address ABSL_GUARDED_BY(mu);
+  std::string decode_id ABSL_GUARDED_BY(mu);  // the decode worker of the attempt under way
   std::string prefill_address ABSL_GUARDED_BY(mu);
+  std::vector<int32_t> prompt;  // set before the request is published in active_; then const
   bool cancelled ABSL_GUARDED_BY(mu) = false;
   bool client_gone ABSL_GUARDED_BY(mu) = false;
   bool shut_down ABSL_GUARDED_BY(mu) = false;  // ended by the router's drain timeout (EndAll)
@@ -77,6 +79,7 @@ struct RouterService::Attempt {
   absl::Time first_token_at;
   absl::Time last_token_at;  // for estuary:time_per_output_token_seconds
   std::function<void()> on_first_token;  // leaves the admission queue
+  std::string same_prompt_as;  // GenerateRequest.same_prompt_as; the first attempt only
   std::optional<FinishReason> finish;  // set when the request ended normally
 };
 
@@ -338,6 +341,8 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   };
 
   auto active = std::make_shared<Active>(id);
+  active->prompt = prepared->prompt_ids;
+  attempt.same_prompt_as = request.same_prompt_as();
   {
     absl::MutexLock lock(&active->mu);
     active->server_context = context;
@@ -440,6 +445,28 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+std::optional<Placement> RouterService::PlaceBeside(const std::string& first_id,
+                                                   const std::vector<int32_t>& prompt,
+                                                   absl::Time now) {
+  if (first_id.empty()) return std::nullopt;
+  std::shared_ptr<Active> first;
+  {
+    absl::MutexLock lock(&active_mu_);
+    auto it = active_.find(first_id);
+    if (it != active_.end()) first = it->second;
+  }
+  if (first == nullptr || first->prompt != prompt) return std::nullopt;
+  std::string decode_id;
+  {
+    absl::MutexLock lock(&first->mu);
+    decode_id = first->decode_id;
+  }
+  if (decode_id.empty()) return std::nullopt;
+  absl::StatusOr<Placement> placement = registry_.ChooseDecode(decode_id, prompt, now);
+  if (!placement.ok()) return std::nullopt;
+  return *std::move(placement);
+}
+
 absl::Status RouterService::RunAttempt(Active& active, Attempt& attempt, Relay& relay,
                                        const WriteFn& write, bool* retry) {
   *retry = false;
@@ -447,9 +474,15 @@ absl::Status RouterService::RunAttempt(Active& active, Attempt& attempt, Relay& 
   const std::vector<int32_t> prompt(request.prompt_ids().begin(), request.prompt_ids().end());
   const int64_t tokens = static_cast<int64_t>(prompt.size());
   const absl::Time now = absl::Now();
-  const bool local = tokens <= options_.local_prefill_max_tokens ||
-                     !registry_.HasCompatiblePair(now);
-  ESTUARY_ASSIGN_OR_RETURN(Placement placement, registry_.Choose(prompt, local, now));
+  std::optional<Placement> beside = PlaceBeside(attempt.same_prompt_as, prompt, now);
+  attempt.same_prompt_as.clear();  // a retry is placed afresh
+  if (!beside.has_value()) {
+    const bool local = tokens <= options_.local_prefill_max_tokens ||
+                       !registry_.HasCompatiblePair(now);
+    ESTUARY_ASSIGN_OR_RETURN(beside, registry_.Choose(prompt, local, now));
+  }
+  const Placement& placement = *beside;
+  const bool local = !placement.prefill.has_value();  // the decode worker prefills
   const std::string decode_id = placement.decode.info.worker_id();
   const std::string decode_address = placement.decode.info.address();
   std::string prefill_id, prefill_address;
@@ -472,6 +505,7 @@ absl::Status RouterService::RunAttempt(Active& active, Attempt& attempt, Relay& 
   {
     absl::MutexLock lock(&active.mu);
     active.decode_address = decode_address;
+    active.decode_id = decode_id;
     active.prefill_address = prefill_address;
   }
   const absl::Time dispatched = absl::Now();

@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -120,6 +121,10 @@ class RouterService {
   // One try on one pair; `retry` is set when it failed on an UNAVAILABLE worker with nothing
   // streamed yet.
   using WriteFn = std::function<bool(estuary::v1::GenerateResponse&)>;
+  // For GenerateRequest.same_prompt_as: the decode worker of that running request, for a local
+  // prefill that adopts its prompt pages; nullopt when it cannot be (then placement as usual).
+  std::optional<Placement> PlaceBeside(const std::string& first_id,
+                                       const std::vector<int32_t>& prompt, absl::Time now);
   absl::Status RunAttempt(Active& active, Attempt& attempt, Relay& relay, const WriteFn& write,
                           bool* retry);
   // Cancels the worker call in progress and aborts the request on its workers. `client_gone`:

@@ -287,6 +287,22 @@ WorkerRegistry::Entry* WorkerRegistry::PickLocked(const std::vector<Entry*>& can
   return chosen;
 }
 
+absl::StatusOr<Placement> WorkerRegistry::ChooseDecode(const std::string& worker_id,
+                                                       absl::Span<const int32_t> prompt,
+                                                       absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  ExpireLocked(now);
+  for (Entry* decode : LiveLocked(estuary::v1::WORKER_ROLE_DECODE)) {
+    if (decode->info.worker_id() != worker_id) continue;
+    ++decode->in_flight;
+    decode->in_flight_tokens += static_cast<int64_t>(prompt.size());
+    Placement placement;
+    placement.decode = View(*decode);
+    return placement;
+  }
+  return absl::NotFoundError(absl::StrCat("decode worker '", worker_id, "' is not live"));
+}
+
 absl::StatusOr<Placement> WorkerRegistry::Choose(absl::Span<const int32_t> prompt, bool local,
                                                  absl::Time now) {
   absl::MutexLock lock(&mu_);

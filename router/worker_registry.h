@@ -102,6 +102,11 @@ class WorkerRegistry {
   // the request (and its prompt tokens) in flight on each (Release undoes it, one per worker). `prompt` feeds the prefix affinity.
   // UNAVAILABLE when no decode worker (or, unless `local`, no compatible pair) is live.
   absl::StatusOr<Placement> Choose(absl::Span<const int32_t> prompt, bool local, absl::Time now);
+  // The decode worker `worker_id` for a request it prefills itself (a sample placed beside an
+  // earlier one of the same prompt), counted in flight like Choose. NOT_FOUND when that worker
+  // is not live.
+  absl::StatusOr<Placement> ChooseDecode(const std::string& worker_id,
+                                         absl::Span<const int32_t> prompt, absl::Time now);
   // True when some live prefill worker is compatible with some live decode worker.
   bool HasCompatiblePair(absl::Time now);
   // Ends one request's count on a worker Choose returned (no-op when the worker is gone).

@@ -12,30 +12,13 @@
 #   env: RATE=16 CONCURRENCY=8 REQUESTS=64 INPUT_LEN=64 OUTPUT_LEN=128 REPEATS=3
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model="${1:-models/stories12L}"
-[ -d "$model" ] || { echo "no model folder $model" >&2; exit 1; }
-estuary=build/cli/estuary
-[ -x "$estuary" ] || { echo "build first: scripts/build.sh" >&2; exit 1; }
+source scripts/bench_common.sh "$@"
 rate="${RATE:-16}"
 concurrency="${CONCURRENCY:-8}"
 requests="${REQUESTS:-64}"
 input_len="${INPUT_LEN:-64}"
 output_len="${OUTPUT_LEN:-128}"
 repeats="${REPEATS:-3}"
-work="$(mktemp -d)"
-up_pid=""
-cleanup() {
-  if [ -n "$up_pid" ]; then
-    kill -TERM "$up_pid" 2>/dev/null || true
-    wait "$up_pid" 2>/dev/null || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-ticks_per_second="$(getconf CLK_TCK)"
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-json_field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$1"; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 http_port="${HTTP_PORT:-18080}"

@@ -12,28 +12,12 @@
 # decode workers together use every core. Needs a build (scripts/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model="${1:-models/stories12L}"
-[ -d "$model" ] || { echo "no model folder $model" >&2; exit 1; }
-estuary=build/cli/estuary
-[ -x "$estuary" ] || { echo "build first: scripts/build.sh" >&2; exit 1; }
+source scripts/bench_common.sh "$@"
 decodes="${DECODES:-1 2 4}"
 rate="${RATE:-8}"
 requests="${REQUESTS:-64}"
 input_len="${INPUT_LEN:-32}"
 output_len="${OUTPUT_LEN:-64}"
-work="$(mktemp -d)"
-up_pid=""
-cleanup() {
-  if [ -n "$up_pid" ]; then kill -TERM "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-ticks_per_second="$(getconf CLK_TCK)"
-# utime + stime of a process, in clock ticks (fields 14 and 15 of /proc/PID/stat; the command
-# name in field 2 has no spaces here).
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-json_field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$1"; }
 
 printf '%-7s %-10s %12s %10s %10s %10s %10s %8s %18s\n' decode rate "out tok/s" "ttft p50" \
   "ttft p99" "itl p50" "itl p99" errors "router CPU us/tok"

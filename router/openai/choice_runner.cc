@@ -1,5 +1,6 @@
 #include "router/openai/choice_runner.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "rpc/status_convert.h"
@@ -7,10 +8,16 @@
 namespace estuary::openai {
 
 ChoiceRunner::ChoiceRunner(estuary::v1::Inference::StubInterface& stub,
-                           std::vector<estuary::v1::GenerateRequest> choices, absl::Time deadline) {
+                           std::vector<estuary::v1::GenerateRequest> choices, absl::Time deadline,
+                           int samples_per_prompt) {
+  const int n = std::max(samples_per_prompt, 1);
+  for (size_t i = 0; i < choices.size(); ++i) {
+    first_sample_.push_back(static_cast<int>(i) / n * n);
+  }
   {
     absl::MutexLock lock(&mu_);
     running_ = static_cast<int>(choices.size());
+    started_ids_.resize(choices.size());
   }
   for (size_t i = 0; i < choices.size(); ++i) {
     contexts_.push_back(std::make_unique<grpc::ClientContext>());
@@ -28,7 +35,27 @@ ChoiceRunner::~ChoiceRunner() {
 }
 
 void ChoiceRunner::CancelAll() {
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+  }
   for (auto& context : contexts_) context->TryCancel();
+}
+
+std::optional<std::string> ChoiceRunner::AwaitFirstSample(int first) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this, first]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return cancelled_ || started_ids_[static_cast<size_t>(first)].has_value();
+  };
+  mu_.Await(absl::Condition(&ready));
+  if (cancelled_) return std::nullopt;
+  return *started_ids_[static_cast<size_t>(first)];
+}
+
+void ChoiceRunner::FirstSampleStarted(int index, const std::string& request_id) {
+  absl::MutexLock lock(&mu_);
+  std::optional<std::string>& id = started_ids_[static_cast<size_t>(index)];
+  if (!id.has_value()) id = request_id;
 }
 
 void ChoiceRunner::Push(ChoiceEvent event) {
@@ -40,6 +67,19 @@ void ChoiceRunner::Push(ChoiceEvent event) {
 void ChoiceRunner::Run(int index, estuary::v1::Inference::StubInterface& stub,
                        estuary::v1::GenerateRequest request) {
   grpc::ClientContext& context = *contexts_[index];
+  const int first = first_sample_[static_cast<size_t>(index)];
+  if (first != index) {
+    std::optional<std::string> beside = AwaitFirstSample(first);
+    if (!beside.has_value()) {
+      ChoiceEvent cancelled;
+      cancelled.index = index;
+      cancelled.kind = ChoiceEvent::Kind::kError;
+      cancelled.error = absl::CancelledError("the request was cancelled");
+      Push(std::move(cancelled));
+      return;
+    }
+    request.set_same_prompt_as(*beside);
+  }
   std::unique_ptr<grpc::ClientReaderInterface<estuary::v1::GenerateResponse>> reader =
       stub.Generate(&context, request);
   estuary::v1::GenerateResponse response;
@@ -48,6 +88,7 @@ void ChoiceRunner::Run(int index, estuary::v1::Inference::StubInterface& stub,
   bool completed = false;
   while (reader->Read(&response)) {
     last.request_id = response.request_id();
+    FirstSampleStarted(index, response.request_id());
     if (response.has_chunk() && !completed) {
       ChoiceEvent event;
       event.index = index;
@@ -61,6 +102,7 @@ void ChoiceRunner::Run(int index, estuary::v1::Inference::StubInterface& stub,
     }
   }
   last.index = index;
+  FirstSampleStarted(index, "");  // ended without a response: the others start on their own
   const grpc::Status status = reader->Finish();
   if (!status.ok()) {
     last.kind = ChoiceEvent::Kind::kError;

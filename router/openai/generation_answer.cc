@@ -137,7 +137,7 @@ void AnswerGeneration(estuary::v1::Inference::StubInterface& stub, GenerationReq
   }
   state->started.assign(count, false);
   state->runner = std::make_unique<ChoiceRunner>(stub, std::move(request.choices),
-                                                 absl::Now() + timeout);
+                                                 absl::Now() + timeout, request.n);
 
   if (!request.stream) {
     ChoiceEvent event;
