@@ -1,5 +1,6 @@
 #include "router/openai/generation_answer.h"
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -120,6 +121,35 @@ bool Stream(StreamState& state, httplib::DataSink& sink) {
   return true;
 }
 
+// The rest of a non-streamed answer once it is generating: a space every second until the body
+// (JSON allows leading whitespace), so that a client that went away fails a write and its
+// choices are cancelled on both workers rather than run to the end. A failure after the first
+// token arrives as OpenAI's error JSON in this 200 (the status is already sent).
+bool WholeBody(StreamState& state, httplib::DataSink& sink) {
+  absl::Time last_write = absl::Now();
+  std::optional<absl::Status> failed;
+  ChoiceEvent event;
+  while (!state.runner->finished()) {
+    if (state.runner->Next(event, kPollInterval)) {
+      if (event.kind == ChoiceEvent::Kind::kError && !failed) {
+        failed = event.error;
+        state.runner->CancelAll();
+      } else if (!failed) {
+        Apply(event, state.choices[event.index]);
+      }
+    }
+    if (absl::Now() - last_write >= kKeepAliveInterval) {
+      if (!sink.write(" ", 1)) return false;  // the client went away: ~StreamState cancels
+      last_write = absl::Now();
+    }
+  }
+  const std::string body =
+      Dump(failed ? ErrorJson(*failed) : FullBody(state.envelope, state.choices));
+  if (!sink.write(body.data(), body.size())) return false;
+  sink.done();
+  return true;
+}
+
 }  // namespace
 
 void AnswerGeneration(estuary::v1::Inference::StubInterface& stub, GenerationRequest request,
@@ -140,17 +170,28 @@ void AnswerGeneration(estuary::v1::Inference::StubInterface& stub, GenerationReq
                                                  absl::Now() + timeout, request.n);
 
   if (!request.stream) {
+    // The status waits for the first token (or the end), so that what fails before it (most
+    // refusals) gets its HTTP status.
     ChoiceEvent event;
-    while (!state->runner->finished()) {
+    bool generating = false;
+    while (!state->runner->finished() && !generating) {
       if (!state->runner->Next(event, kPollInterval)) continue;
       if (event.kind == ChoiceEvent::Kind::kError) {
         SetError(response, event.error);
         return;  // ~StreamState cancels the other choices
       }
       Apply(event, state->choices[event.index]);
+      generating = event.kind == ChoiceEvent::Kind::kChunk;
     }
     response.status = 200;
-    response.set_content(Dump(FullBody(state->envelope, state->choices)), "application/json");
+    if (state->runner->finished()) {
+      response.set_content(Dump(FullBody(state->envelope, state->choices)), "application/json");
+      return;
+    }
+    response.set_chunked_content_provider(
+        "application/json",
+        [state](size_t /*offset*/, httplib::DataSink& sink) { return WholeBody(*state, sink); },
+        [state](bool /*success*/) { state->runner->CancelAll(); });
     return;
   }
 

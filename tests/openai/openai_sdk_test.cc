@@ -140,6 +140,48 @@ std::vector<std::pair<std::string, std::string>> MalformedRequests(int count) {
   return out;
 }
 
+// A non-streamed answer that takes seconds (a decode worker slowed to 50 ms a step) comes back
+// whole and parses (it is preceded by keep-alive spaces); a client that gives up on one is
+// noticed and its request ends on the decode worker: the pages come back long before it would
+// have finished.
+TEST(OpenAiHttpTest, ANonStreamedRequestWhoseClientLeavesEndsOnTheWorkers) {
+  testing::ClusterSpec spec = Spec("stories260K", 0, 1, 1, 1, {"--http-port", "0"});
+  spec.decode_flags = {"--debug-step-delay", "50ms"};
+  Cluster cluster(spec);
+  const std::string address = RouterHttpAddress(cluster);
+  ASSERT_FALSE(address.empty());
+  const std::string decode = cluster.decode(0).address;
+  const int baseline = FreePages(decode, true);
+
+  httplib::Client patient(absl::StrCat("http://", address));
+  patient.set_read_timeout(30);
+  auto whole = patient.Post("/v1/completions",
+                            R"({"prompt":[1,403,407],"max_tokens":40,"temperature":0,)"
+                            R"("ignore_eos":true})",
+                            "application/json");
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const nlohmann::json body = nlohmann::json::parse(whole->body, nullptr, false);
+  ASSERT_FALSE(body.is_discarded()) << whole->body;
+  EXPECT_EQ(body["usage"]["completion_tokens"], 40);
+
+  const absl::Time start = absl::Now();
+  {
+    httplib::Client impatient(absl::StrCat("http://", address));
+    impatient.set_read_timeout(1);  // 1 s of a 20 s answer
+    auto given_up = impatient.Post("/v1/completions",
+                                   R"({"prompt":[1,403,407],"max_tokens":400,"temperature":0,)"
+                                   R"("ignore_eos":true})",
+                                   "application/json");
+    EXPECT_FALSE(given_up) << "the answer came within a second";
+  }
+  while (absl::Now() - start < absl::Seconds(10) && FreePages(decode, true) != baseline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(FreePages(decode, true), baseline) << "the abandoned request's pages";
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "400 tokens at 50 ms would take 20 s";
+}
+
 TEST(OpenAiHttpTest, TenThousandMalformedRequestsGet4xxAndCorrectOnesKeepBeingServed) {
   HttpCluster http;
   httplib::Client client(absl::StrCat("http://", http.address));
