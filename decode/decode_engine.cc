@@ -60,8 +60,11 @@ absl::Status DecodeEngineOptions::Validate(const LlamaConfig& config) const {
   if (max_num_batched_tokens < 1) {
     return absl::InvalidArgumentError("--max-num-batched-tokens must be >= 1");
   }
-  if (kv_cache_bytes <= 0) return absl::InvalidArgumentError("--kv-cache-bytes must be > 0");
-  ESTUARY_RETURN_IF_ERROR(ValidateDeviceSettings(cuda_device, device_max_rows));
+  if (kv_cache_bytes <= 0 && gpu_memory_utilization <= 0) {
+    return absl::InvalidArgumentError("--kv-cache-bytes must be > 0");
+  }
+  ESTUARY_RETURN_IF_ERROR(
+      ValidateDeviceSettings(cuda_device, device_max_rows, gpu_memory_utilization));
   if (cuda_device >= 0 && kv_allocator) {
     return absl::InvalidArgumentError(
         "a GPU decode engine allocates its KV pool in GPU memory itself; a KV region allocator "

@@ -52,9 +52,12 @@ struct DecodeEngineOptions {
   // >= 0: run the forward steps on this CUDA device (device_step.h), TP 1 only, with the pool in
   // GPU memory; needs a build with ESTUARY_CUDA. -1: on the CPU ranks.
   int cuda_device = -1;
+  // With cuda_device: > 0 sizes the KV pool from the device's memory instead of kv_cache_bytes
+  // (DeviceStepOptions::gpu_memory_utilization).
+  double gpu_memory_utilization = 0;
   int device_max_rows = 64;  // rows per device step (CUDA graph buckets up to this)
   DeviceStepOptions device_step() const {
-    return {cuda_device, kv_cache_bytes, block_size, device_max_rows, exit};
+    return {cuda_device, kv_cache_bytes, block_size, device_max_rows, exit, gpu_memory_utilization};
   }
 
   absl::Status Validate(const LlamaConfig& config) const;

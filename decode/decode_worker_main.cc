@@ -37,6 +37,7 @@ absl::Status Run() {
   DecodeServiceOptions options;
   options.model_id = process.model_id;
   ESTUARY_ASSIGN_OR_RETURN(options.engine.kv_cache_bytes, worker::KvCacheBytesFromFlags(process));
+  options.engine.gpu_memory_utilization = worker::GpuMemoryUtilizationFlag();
   options.engine.block_size = absl::GetFlag(FLAGS_block_size);
   options.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   options.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);

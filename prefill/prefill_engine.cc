@@ -45,11 +45,12 @@ absl::Status PrefillEngineOptions::Validate(const LlamaConfig& config) const {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-num-seqs = ", max_num_seqs, " must be in [1, 4096]"));
   }
-  if (kv_cache_bytes <= 0) {
+  if (kv_cache_bytes <= 0 && gpu_memory_utilization <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--kv-cache-bytes = ", kv_cache_bytes, " must be > 0"));
   }
-  ESTUARY_RETURN_IF_ERROR(ValidateDeviceSettings(cuda_device, device_max_rows));
+  ESTUARY_RETURN_IF_ERROR(
+      ValidateDeviceSettings(cuda_device, device_max_rows, gpu_memory_utilization));
   if (prefill_exit) return exit.Validate(config.n_layers);
   return absl::OkStatus();
 }

@@ -54,9 +54,12 @@ struct PrefillEngineOptions {
   // pool in GPU memory (its pages then move over the NCCL transport); a CUDA build only. The
   // LayerReady events of a step come as the device finishes each layer. -1: CPU.
   int cuda_device = -1;
+  // With cuda_device: > 0 sizes the KV pool from the device's memory instead of kv_cache_bytes
+  // (DeviceStepOptions::gpu_memory_utilization).
+  double gpu_memory_utilization = 0;
   int device_max_rows = 256;  // prompt rows per device step (CUDA graph buckets up to this)
   DeviceStepOptions device_step() const {
-    return {cuda_device, kv_cache_bytes, block_size, device_max_rows, exit};
+    return {cuda_device, kv_cache_bytes, block_size, device_max_rows, exit, gpu_memory_utilization};
   }
 
   // INVALID_ARGUMENT naming the flag.

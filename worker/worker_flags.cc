@@ -77,6 +77,8 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags() {
   return options;
 }
 
+double GpuMemoryUtilizationFlag() { return absl::GetFlag(FLAGS_gpu_memory_utilization); }
+
 absl::StatusOr<int64_t> KvCacheBytesFromFlags(const WorkerProcessOptions& options) {
   ESTUARY_ASSIGN_OR_RETURN(const Device device, WorkerDevice(options));
   const double utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
@@ -86,9 +88,11 @@ absl::StatusOr<int64_t> KvCacheBytesFromFlags(const WorkerProcessOptions& option
           "--gpu-memory-utilization applies to a CUDA device (--device cuda); on the CPU size the "
           "KV pool with --kv-cache-memory (e.g. 2GiB)");
     }
-    return absl::UnimplementedError(
-        "--gpu-memory-utilization is not implemented yet: size the KV pool with "
-        "--kv-cache-memory (e.g. 2GiB)");
+    if (!(utilization > 0 && utilization <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpu-memory-utilization = ", utilization, " must be in (0, 1]"));
+    }
+    return int64_t{0};  // sized on the device, after the weights (GpuMemoryUtilizationFlag)
   }
   const int64_t legacy = absl::GetFlag(FLAGS_kv_cache_bytes);
   if (legacy < 0) {

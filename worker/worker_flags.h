@@ -41,6 +41,10 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags();
 // The KV pool's bytes over all TP ranks: --kv-cache-bytes when set (the older spelling, plain
 // bytes), else --kv-cache-memory. INVALID_ARGUMENT for a size <= 0, and for
 // --gpu-memory-utilization off a CUDA device.
+// 0 with --gpu-memory-utilization (the engine sizes the pool on the device; see
+// GpuMemoryUtilizationFlag).
 absl::StatusOr<int64_t> KvCacheBytesFromFlags(const WorkerProcessOptions& options);
+// --gpu-memory-utilization (0: off), for the engines' options; checked by KvCacheBytesFromFlags.
+double GpuMemoryUtilizationFlag();
 
 }  // namespace estuary::worker

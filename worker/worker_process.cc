@@ -90,7 +90,9 @@ void LogKvCapacity(const char* role, int64_t pages, int block_size, int context_
   const int64_t tokens = pages * block_size;
   const int64_t pages_per_sequence = (context_length + block_size - 1) / block_size;
   const int64_t concurrency = pages_per_sequence > 0 ? pages / pages_per_sequence : 0;
-  ESTUARY_LOG(INFO) << role << " KV cache: " << process::FormatByteSize(kv_cache_bytes) << " = "
+  const std::string size = kv_cache_bytes > 0 ? process::FormatByteSize(kv_cache_bytes)
+                                              : std::string("sized by --gpu-memory-utilization");
+  ESTUARY_LOG(INFO) << role << " KV cache: " << size << " = "
                     << pages << " pages of " << block_size << " tokens = " << tokens
                     << " KV tokens; max-model-len " << context_length << " -> concurrency "
                     << concurrency << " sequences at full length (max-num-seqs "

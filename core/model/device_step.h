@@ -53,7 +53,18 @@ struct DeviceStepOptions {
   int block_size = 16;
   int max_rows = 64;  // rows per device step; longer prefills run in several
   ExitPolicy policy;  // the engine's exit policy
+  // > 0 (vLLM's --gpu-memory-utilization): the KV pool is sized once the weights are on the
+  // device, so that the device's use reaches this share of its memory (KvBytesForUtilization);
+  // kv_cache_bytes is then unused.
+  double gpu_memory_utilization = 0;
 };
+
+// Device memory left over for the KV pool so that `utilization` of `total_bytes` is in use,
+// `free_bytes` being free now (the weights loaded), less a workspace for the decoders'
+// activations (an eighth of what is left, at most 1 GiB). RESOURCE_EXHAUSTED, naming the
+// figures, when nothing is left.
+absl::StatusOr<int64_t> KvBytesForUtilization(double utilization, int64_t free_bytes,
+                                              int64_t total_bytes);
 
 // UNIMPLEMENTED in a build without CUDA; UNAVAILABLE when the device does not exist;
 // FAILED_PRECONDITION for a model the device path does not run (device_model.h).
@@ -69,7 +80,9 @@ inline bool TokenFromDeviceArgmax(const DeviceStep* step, const Sampler& sampler
 
 // What both engines do with their cuda_device settings. INVALID_ARGUMENT for a device below -1
 // (-1 is the CPU) or rows per step outside [1, 1024].
-absl::Status ValidateDeviceSettings(int cuda_device, int max_rows);
+// `gpu_memory_utilization` must be 0 (off), or in (0, 1] with a CUDA device.
+absl::Status ValidateDeviceSettings(int cuda_device, int max_rows,
+                                    double gpu_memory_utilization = 0);
 // The GPU step of a TP-1 ShardedModel (its shard and river); UNIMPLEMENTED above TP 1, naming
 // `engine` ("decode", "prefill").
 absl::StatusOr<std::unique_ptr<DeviceStep>> CreateDeviceStepFor(const ShardedModel& model,

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/backend/backend.h"
+#include "core/common/logging.h"
 #include "core/common/status_macros.h"
 #include "core/kvcache/kv_layout.h"
 #include "core/model/cuda/device_decoder.h"
@@ -30,10 +31,23 @@ class CudaDeviceStep final : public DeviceStep {
     auto step = std::unique_ptr<CudaDeviceStep>(new CudaDeviceStep());
     step->device_ = options.device;
     ESTUARY_ASSIGN_OR_RETURN(step->model_, cuda::DeviceModel::Create(model, river));
+    int64_t kv_cache_bytes = options.kv_cache_bytes;
+    if (options.gpu_memory_utilization > 0) {
+      size_t free = 0, total = 0;
+      ESTUARY_RETURN_IF_ERROR(cuda::CudaStatus(cudaMemGetInfo(&free, &total), "cudaMemGetInfo"));
+      ESTUARY_ASSIGN_OR_RETURN(kv_cache_bytes,
+                               KvBytesForUtilization(options.gpu_memory_utilization,
+                                                     static_cast<int64_t>(free),
+                                                     static_cast<int64_t>(total)));
+      ESTUARY_LOG(INFO) << "--gpu-memory-utilization " << options.gpu_memory_utilization
+                        << ": " << (kv_cache_bytes >> 20) << " MiB of KV cache on CUDA device "
+                        << options.device << " (" << (free >> 20) << " of " << (total >> 20)
+                        << " MiB free after the weights)";
+    }
     ESTUARY_ASSIGN_OR_RETURN(
         std::unique_ptr<KvPool> pool,
         KvPool::Create(KvLayout::FromConfig(model.config(), options.block_size),
-                       options.kv_cache_bytes, 1, cuda::DeviceKvRegionAllocator()));
+                       kv_cache_bytes, 1, cuda::DeviceKvRegionAllocator()));
     step->pool_ = std::move(pool);
     cuda::DeviceDecoderOptions decoder;
     decoder.max_rows = options.max_rows;
