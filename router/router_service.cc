@@ -45,9 +45,7 @@ struct RouterService::Active {
   grpc::ServerContext* server_context ABSL_GUARDED_BY(mu) = nullptr;  // null once the call ends
   grpc::ClientContext* worker_call ABSL_GUARDED_BY(mu) = nullptr;     // the worker call under way
   std::string decode_address ABSL_GUARDED_BY(mu);
-  std::string decode_id ABSL_GUARDED_BY(mu);  // the decode worker of the attempt under way
   std::string prefill_address ABSL_GUARDED_BY(mu);
-  std::vector<int32_t> prompt;  // set before the request is published in active_; then const
   bool cancelled ABSL_GUARDED_BY(mu) = false;
   bool client_gone ABSL_GUARDED_BY(mu) = false;
   bool shut_down ABSL_GUARDED_BY(mu) = false;  // ended by the router's drain timeout (EndAll)
@@ -341,7 +339,6 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   };
 
   auto active = std::make_shared<Active>(id);
-  active->prompt = prepared->prompt_ids;
   attempt.same_prompt_as = request.same_prompt_as();
   {
     absl::MutexLock lock(&active->mu);
@@ -449,20 +446,9 @@ std::optional<Placement> RouterService::PlaceBeside(const std::string& first_id,
                                                    const std::vector<int32_t>& prompt,
                                                    absl::Time now) {
   if (first_id.empty()) return std::nullopt;
-  std::shared_ptr<Active> first;
-  {
-    absl::MutexLock lock(&active_mu_);
-    auto it = active_.find(first_id);
-    if (it != active_.end()) first = it->second;
-  }
-  if (first == nullptr || first->prompt != prompt) return std::nullopt;
-  std::string decode_id;
-  {
-    absl::MutexLock lock(&first->mu);
-    decode_id = first->decode_id;
-  }
-  if (decode_id.empty()) return std::nullopt;
-  absl::StatusOr<Placement> placement = registry_.ChooseDecode(decode_id, prompt, now);
+  const std::optional<std::string> decode_id = prompt_homes_.Find(first_id, prompt, now);
+  if (!decode_id.has_value()) return std::nullopt;
+  absl::StatusOr<Placement> placement = registry_.ChooseDecode(*decode_id, prompt, now);
   if (!placement.ok()) return std::nullopt;
   return *std::move(placement);
 }
@@ -483,6 +469,7 @@ absl::Status RouterService::RunAttempt(Active& active, Attempt& attempt, Relay& 
   }
   const Placement& placement = *beside;
   const bool local = !placement.prefill.has_value();  // the decode worker prefills
+  prompt_homes_.Record(request.request_id(), placement.decode.info.worker_id(), prompt, now);
   const std::string decode_id = placement.decode.info.worker_id();
   const std::string decode_address = placement.decode.info.address();
   std::string prefill_id, prefill_address;
@@ -505,7 +492,6 @@ absl::Status RouterService::RunAttempt(Active& active, Attempt& attempt, Relay& 
   {
     absl::MutexLock lock(&active.mu);
     active.decode_address = decode_address;
-    active.decode_id = decode_id;
     active.prefill_address = prefill_address;
   }
   const absl::Time dispatched = absl::Now();

@@ -23,8 +23,8 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -34,6 +34,7 @@
 #include "estuary/v1/inference.grpc.pb.h"
 #include "estuary/v1/worker.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "router/prompt_homes.h"
 #include "router/request_validation.h"
 #include "router/router_metrics.h"
 #include "router/router_options.h"
@@ -159,6 +160,8 @@ class RouterService {
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
       ABSL_GUARDED_BY(channels_mu_);
 
+  // Where recent requests' prompts live, for GenerateRequest.same_prompt_as (PlaceBeside).
+  PromptHomes prompt_homes_{/*capacity=*/4096, /*ttl=*/absl::Seconds(60)};
   absl::Mutex active_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Active>> active_ ABSL_GUARDED_BY(active_mu_);
   bool stopping_ ABSL_GUARDED_BY(active_mu_) = false;

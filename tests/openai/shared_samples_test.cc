@@ -5,6 +5,7 @@
 // sample's text equals that of a lone request with its seed (seed + k), and the decode worker's
 // prefix-cache hits grow by the shared pages' tokens of every later sample.
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,8 @@ TEST(SharedSamplesTest, NSamplesShareThePromptsPagesAndMatchLoneRequests) {
   // is never adopted, so at most full_page_tokens each, at least one page less).
   EXPECT_GE(hits_after - hits_before, (kN - 1) * (full_page_tokens - kBlockSize))
       << "before " << hits_before << ", after " << hits_after;
+  std::printf("%d samples of a %zu-token prompt: %.0f prompt tokens' KV adopted from the prefix "
+              "cache\n", kN, prompt.size(), hits_after - hits_before);
 
   std::vector<std::vector<int32_t>> distinct;
   for (int k = 0; k < kN; ++k) {
