@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "absl/time/clock.h"
+#include "cli/up_supervisor.h"
 #include "core/common/child_process.h"
 #include "core/common/logging.h"
 #include "core/common/status_macros.h"
@@ -47,17 +48,11 @@ void Append(std::vector<std::string>& flags, const std::vector<std::string>& mor
   flags.insert(flags.end(), more.begin(), more.end());
 }
 
-struct Member {
-  std::string name;
-  std::unique_ptr<ChildProcess> process;
-  std::string address;
-};
+using Member = UpMember;
 
 absl::StatusOr<Member> Launch(const std::string& name, const std::string& binary,
                               const std::vector<std::string>& flags, const fs::path& log_dir) {
-  ESTUARY_ASSIGN_OR_RETURN(ServingProcess serving,
-                           StartServing(binary, flags, (log_dir / name).string(), kStartTimeout));
-  return Member{name, std::move(serving.process), serving.address};
+  return LaunchMember(name, binary, flags, log_dir, kStartTimeout);
 }
 
 // Waits until the router reports a decode TP size, and a prefill one when `prefill` workers were
@@ -209,28 +204,20 @@ absl::Status RunUp(const UpOptions& options) {
               options.tp_decode, log_dir.string().c_str());
   std::fflush(stdout);
 
-  // Until a signal, or until a member dies (then the cluster is not what was asked for).
-  std::atomic<bool> member_died{false};
-  std::thread watcher([&] {
-    while (!member_died.load()) {
-      for (Member& m : members) {
-        if (m.process->Wait(absl::ZeroDuration()).ok()) {  // exited (and reaped)
-          ESTUARY_LOG(ERROR) << m.name << " exited:\n" << m.process->Log();
-          member_died = true;
-        }
-      }
-      absl::SleepFor(absl::Milliseconds(200));
-      if (member_died.load()) ::kill(::getpid(), SIGTERM);
-    }
-  });
+  // Until a signal or the router's exit; a worker that exits is restarted (up_supervisor.h).
+  std::atomic<bool> stopping{false}, router_died{false};
+  std::thread supervisor(
+      [&] { SuperviseMembers(members, log_dir, stopping, router_died); });
   process::WaitForTerminationSignal();
-  const bool died = member_died.exchange(true);
-  watcher.join();
+  stopping = true;
+  supervisor.join();
   std::printf("estuary up: stopping\n");
   std::fflush(stdout);
   StopAll(members, options.shutdown_timeout);
-  if (died) return absl::UnavailableError(absl::StrCat("a process of the cluster died (logs in ",
-                                                       log_dir.string(), ")"));
+  if (router_died) {
+    return absl::UnavailableError(
+        absl::StrCat("the router died (logs in ", log_dir.string(), ")"));
+  }
   return absl::OkStatus();
 }
 
