@@ -194,6 +194,8 @@ absl::Status ServeWorker(const WorkerProcessOptions& options, estuary::v1::Worke
   info.set_address(address);
   info.set_worker_id(DefaultWorkerId(info.role(), address));
   control.set_info(info);
+  // Every series of a worker carries vLLM's model_name label (its --model-id).
+  common::MetricsRegistry::Global().SetConstantLabels({{"model_name", options.model_id}});
   rpc::MetricsHttpServer metrics;
   if (options.metrics_port >= 0) {
     ESTUARY_RETURN_IF_ERROR(metrics.Start(options.host, options.metrics_port));

@@ -167,6 +167,11 @@ std::string RenderLabels(const MetricLabels& labels, const char* extra_name = nu
 
 }  // namespace
 
+void MetricsRegistry::SetConstantLabels(MetricLabels labels) {
+  absl::MutexLock lock(&mu_);
+  constant_labels_ = std::move(labels);
+}
+
 std::string MetricsRegistry::RenderPrometheusText() const {
   absl::MutexLock lock(&mu_);
   std::string out;
@@ -176,30 +181,44 @@ std::string MetricsRegistry::RenderPrometheusText() const {
                                                  : "histogram";
     out += "# HELP " + f->name + " " + EscapeHelp(f->help) + "\n";
     out += "# TYPE " + f->name + " " + type + "\n";
-    for (const auto& s : f->series) {
+    for (const auto& series : f->series) {
+      // The process's constant labels first, unless the series sets the same name itself.
+      MetricLabels labels = constant_labels_;
+      labels.erase(std::remove_if(labels.begin(), labels.end(),
+                                  [&](const auto& label) {
+                                    for (const auto& own : series->labels) {
+                                      if (own.first == label.first) return true;
+                                    }
+                                    return false;
+                                  }),
+                   labels.end());
+      labels.insert(labels.end(), series->labels.begin(), series->labels.end());
+      const Counter* counter = series->counter.get();
+      const Gauge* gauge = series->gauge.get();
+      const Histogram* histogram = series->histogram.get();
       switch (f->type) {
         case Type::kCounter:
-          out += f->name + RenderLabels(s->labels) + " " + FormatMetricValue(s->counter->Value()) +
+          out += f->name + RenderLabels(labels) + " " + FormatMetricValue(counter->Value()) +
                  "\n";
           break;
         case Type::kGauge:
-          out += f->name + RenderLabels(s->labels) + " " + FormatMetricValue(s->gauge->Value()) +
+          out += f->name + RenderLabels(labels) + " " + FormatMetricValue(gauge->Value()) +
                  "\n";
           break;
         case Type::kHistogram: {
-          const Histogram& h = *s->histogram;
+          const Histogram& h = *histogram;
           const std::vector<uint64_t> counts = h.BucketCounts();
           uint64_t cumulative = 0;
           for (size_t i = 0; i < counts.size(); ++i) {
             cumulative += counts[i];
             const std::string le =
                 i < h.bounds().size() ? FormatMetricValue(h.bounds()[i]) : "+Inf";
-            out += f->name + "_bucket" + RenderLabels(s->labels, "le", le) + " " +
+            out += f->name + "_bucket" + RenderLabels(labels, "le", le) + " " +
                    std::to_string(cumulative) + "\n";
           }
-          out += f->name + "_sum" + RenderLabels(s->labels) + " " + FormatMetricValue(h.Sum()) +
+          out += f->name + "_sum" + RenderLabels(labels) + " " + FormatMetricValue(h.Sum()) +
                  "\n";
-          out += f->name + "_count" + RenderLabels(s->labels) + " " + std::to_string(cumulative) +
+          out += f->name + "_count" + RenderLabels(labels) + " " + std::to_string(cumulative) +
                  "\n";
           break;
         }

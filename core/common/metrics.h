@@ -90,6 +90,10 @@ class MetricsRegistry {
   Histogram& GetHistogram(const std::string& name, const std::string& help,
                           const std::vector<double>& bounds, const MetricLabels& labels = {});
 
+  // Labels every rendered series carries (first), unless the series has a label of that name:
+  // a worker process's model_name, as vLLM labels every series.
+  void SetConstantLabels(MetricLabels labels);
+
   // Every family in registration order, each series in registration order.
   std::string RenderPrometheusText() const;
 
@@ -114,6 +118,7 @@ class MetricsRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
+  MetricLabels constant_labels_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Family>> families_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Series>> detached_ ABSL_GUARDED_BY(mu_);
 };

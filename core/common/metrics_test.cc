@@ -51,6 +51,22 @@ TEST(MetricsTest, LabeledHistogramPutsLeLast) {
             "h_count{k=\"v\"} 1\n");
 }
 
+// A worker's model_name: on every series, first, unless the series names it itself.
+TEST(MetricsTest, ConstantLabelsGoOnEverySeries) {
+  MetricsRegistry r;
+  r.GetCounter("c_total", "a counter").Increment(2);
+  r.GetGauge("g", "a gauge", {{"model_name", "own"}}).Set(1);
+  r.GetHistogram("h", "a histogram", {1.0}, {{"kind", "x"}}).Observe(0.5);
+  r.SetConstantLabels({{"model_name", "tiny"}});
+  const std::string text = r.RenderPrometheusText();
+  EXPECT_NE(text.find("c_total{model_name=\"tiny\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("g{model_name=\"own\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("h_bucket{model_name=\"tiny\",kind=\"x\",le=\"1\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("h_count{model_name=\"tiny\",kind=\"x\"} 1\n"), std::string::npos) << text;
+}
+
 TEST(MetricsTest, SameNameAndLabelsIsTheSameMetric) {
   MetricsRegistry registry;
   Counter& a = registry.GetCounter("c", "C.");

@@ -69,7 +69,11 @@ class Scrape:
 
 
 def check_engine(scrape):
-    """The series both worker roles expose (worker/engine_metrics.h)."""
+    """The series both worker roles expose (worker/engine_metrics.h), every one labelled with
+    the worker's model_name (its --model-id)."""
+    for sample in scrape.samples:
+        check(sample.labels.get("model_name", "") != "",
+              f"{scrape.name}: {sample.name}{sample.labels} has no model_name label")
     waiting = scrape.value("estuary:num_requests_waiting", "gauge")
     check(waiting >= 0, f"{scrape.name}: num_requests_waiting {waiting} < 0")
     running = scrape.value("estuary:num_requests_running", "gauge")
