@@ -141,6 +141,19 @@ absl::Status WorkerRegistry::Register(const WorkerInfo& info, const estuary::v1:
     return s;
   }
   absl::MutexLock lock(&mu_);
+  ExpireLocked(now);
+  // A live worker keeps its id: a registration from elsewhere (another address or role) cannot
+  // take it over and redirect its prompts. It may come back once dropped or unregistered.
+  if (auto live = workers_.find(info.worker_id()); live != workers_.end()) {
+    const WorkerInfo& known = live->second->info;
+    if (known.address() != info.address() || known.role() != info.role()) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "worker id '", info.worker_id(), "' is registered and live as a ",
+          RoleName(known.role()), " worker at ", known.address(), "; a registration from ",
+          info.address(), " cannot take it over (unregister it, or wait for it to miss its "
+          "heartbeats)"));
+    }
+  }
   auto [it, inserted] = workers_.try_emplace(info.worker_id());
   if (inserted) {
     it->second = std::make_unique<Entry>();

@@ -83,7 +83,8 @@ class WorkerRegistry {
  public:
   WorkerRegistry(const ServedModel& model, const RegistryOptions& options);
 
-  // Adds or replaces a worker (same worker_id: new info, in-flight counts kept).
+  // Adds a worker, or refreshes one (same worker_id, address and role: new info, in-flight
+  // counts kept). ALREADY_EXISTS when the id is live at another address or in another role.
   // INVALID_ARGUMENT for a malformed WorkerInfo, FAILED_PRECONDITION for another model.
   absl::Status Register(const estuary::v1::WorkerInfo& info, const estuary::v1::WorkerLoad& load,
                         absl::Time now);

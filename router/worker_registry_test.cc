@@ -109,6 +109,28 @@ TEST(WorkerRegistryTest, AWorkerWhoseHeartbeatsLapseIsDropped) {
   EXPECT_TRUE(registry.Heartbeat("d2", {}, kT0 + absl::Seconds(4)));
 }
 
+// A registration cannot take over a live worker's id (and so its prompts) from another address
+// or role; the worker itself refreshes it, and the id is free again once the worker is dropped.
+TEST(WorkerRegistryTest, ALiveWorkersIdCannotBeTakenOver) {
+  RegistryOptions options;
+  options.worker_timeout = absl::Seconds(3);
+  WorkerRegistry registry(Model(), options);
+  ASSERT_TRUE(registry.Register(Decode("d1"), {}, kT0).ok());
+  WorkerInfo impostor = Decode("d1");
+  impostor.set_address("198.18.0.66:7000");
+  const absl::Status taken = registry.Register(impostor, {}, kT0 + absl::Seconds(1));
+  EXPECT_EQ(taken.code(), absl::StatusCode::kAlreadyExists) << taken;
+  EXPECT_NE(taken.message().find("198.18.0.66:7000"), absl::string_view::npos) << taken;
+  EXPECT_EQ(registry.Register(Prefill("d1"), {}, kT0 + absl::Seconds(1)).code(),
+            absl::StatusCode::kAlreadyExists);
+  auto live = registry.Live(estuary::v1::WORKER_ROLE_DECODE, kT0 + absl::Seconds(1));
+  ASSERT_EQ(live.size(), 1u);
+  EXPECT_EQ(live[0].info.address(), Decode("d1").address());
+  EXPECT_TRUE(registry.Register(Decode("d1"), Running(2), kT0 + absl::Seconds(2)).ok());
+  // Silent past its timeout: dropped, and the id may be registered from elsewhere.
+  EXPECT_TRUE(registry.Register(impostor, {}, kT0 + absl::Seconds(6)).ok());
+}
+
 TEST(WorkerRegistryTest, MarkDeadDropsAtOnce) {
   WorkerRegistry registry(Model(), RegistryOptions());
   ASSERT_TRUE(registry.Register(Decode("d1"), {}, kT0).ok());
