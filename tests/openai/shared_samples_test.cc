@@ -29,7 +29,8 @@ using ::estuary::testing::Spec;
 
 constexpr int kBlockSize = 16;  // the workers' default --block-size
 
-// One sample of a Prometheus text page, by its exact name (no labels); -1 when absent.
+// The sample of a Prometheus text page named `name` (whatever its labels: a worker's carry
+// model_name), or -1 when absent.
 double Metric(const std::string& address, const std::string& name) {
   httplib::Client client(absl::StrCat("http://", address));
   auto page = client.Get("/metrics");
@@ -37,7 +38,9 @@ double Metric(const std::string& address, const std::string& name) {
   for (absl::string_view line : absl::StrSplit(page->body, '\n')) {
     std::vector<absl::string_view> fields = absl::StrSplit(line, ' ');
     double value = 0;
-    if (fields.size() == 2 && fields[0] == name && absl::SimpleAtod(fields[1], &value)) return value;
+    if (fields.size() != 2) continue;
+    const absl::string_view series = fields[0].substr(0, fields[0].find('{'));
+    if (series == name && absl::SimpleAtod(fields[1], &value)) return value;
   }
   return -1;
 }
