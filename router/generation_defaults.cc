@@ -6,6 +6,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace estuary::router {
@@ -36,23 +37,20 @@ absl::StatusOr<GenerationDefaults> ParseGenerationConfig(const std::string& json
     return absl::InvalidArgumentError("generation_config.json is not a JSON object");
   }
   GenerationDefaults defaults;
-  absl::StatusOr<std::optional<double>> temperature = NumberField(config, "temperature", 0, 100);
-  if (!temperature.ok()) return temperature.status();
-  absl::StatusOr<std::optional<double>> top_p = NumberField(config, "top_p", 0, 1);
-  if (!top_p.ok()) return top_p.status();
-  absl::StatusOr<std::optional<double>> top_k = NumberField(config, "top_k", 0, 1 << 30);
-  if (!top_k.ok()) return top_k.status();
-  absl::StatusOr<std::optional<double>> min_p = NumberField(config, "min_p", 0, 1);
-  if (!min_p.ok()) return min_p.status();
-  absl::StatusOr<std::optional<double>> repetition =
-      NumberField(config, "repetition_penalty", 0, 10);
-  if (!repetition.ok()) return repetition.status();
-  if (*temperature) defaults.temperature = static_cast<float>(**temperature);
+  ESTUARY_ASSIGN_OR_RETURN(const std::optional<double> temperature,
+                           NumberField(config, "temperature", 0, 100));
+  ESTUARY_ASSIGN_OR_RETURN(const std::optional<double> top_p, NumberField(config, "top_p", 0, 1));
+  ESTUARY_ASSIGN_OR_RETURN(const std::optional<double> top_k,
+                           NumberField(config, "top_k", 0, 1 << 30));
+  ESTUARY_ASSIGN_OR_RETURN(const std::optional<double> min_p, NumberField(config, "min_p", 0, 1));
+  ESTUARY_ASSIGN_OR_RETURN(const std::optional<double> repetition,
+                           NumberField(config, "repetition_penalty", 0, 10));
+  if (temperature) defaults.temperature = static_cast<float>(*temperature);
   // A top_p of 0 means "off" on our wire, as 1 does.
-  if (*top_p && **top_p > 0) defaults.top_p = static_cast<float>(**top_p);
-  if (*top_k) defaults.top_k = static_cast<int>(**top_k);
-  if (*min_p) defaults.min_p = static_cast<float>(**min_p);
-  if (*repetition && **repetition > 0) defaults.repetition_penalty = static_cast<float>(**repetition);
+  if (top_p && *top_p > 0) defaults.top_p = static_cast<float>(*top_p);
+  if (top_k) defaults.top_k = static_cast<int>(*top_k);
+  if (min_p) defaults.min_p = static_cast<float>(*min_p);
+  if (repetition && *repetition > 0) defaults.repetition_penalty = static_cast<float>(*repetition);
   defaults.source = absl::StrCat("generation_config.json (temperature ", defaults.temperature, ")");
   return defaults;
 }

@@ -307,10 +307,8 @@ absl::StatusOr<Placement> WorkerRegistry::ChooseDecode(const std::string& worker
   ExpireLocked(now);
   for (Entry* decode : LiveLocked(estuary::v1::WORKER_ROLE_DECODE)) {
     if (decode->info.worker_id() != worker_id) continue;
-    ++decode->in_flight;
-    decode->in_flight_tokens += static_cast<int64_t>(prompt.size());
     Placement placement;
-    placement.decode = View(*decode);
+    placement.decode = CountInFlightLocked(*decode, static_cast<int64_t>(prompt.size()));
     return placement;
   }
   return absl::NotFoundError(absl::StrCat("decode worker '", worker_id, "' is not live"));
@@ -325,10 +323,8 @@ absl::StatusOr<Placement> WorkerRegistry::Choose(absl::Span<const int32_t> promp
   const int64_t tokens = static_cast<int64_t>(prompt.size());
   Placement placement;
   if (local) {
-    Entry* decode = PickLocked(decodes, prompt, &decode_cursor_, decode_affinity_);
-    ++decode->in_flight;
-    decode->in_flight_tokens += tokens;
-    placement.decode = View(*decode);
+    placement.decode =
+        CountInFlightLocked(*PickLocked(decodes, prompt, &decode_cursor_, decode_affinity_), tokens);
     return placement;
   }
   const std::vector<Entry*> prefills = LiveLocked(estuary::v1::WORKER_ROLE_PREFILL);
@@ -351,13 +347,15 @@ absl::StatusOr<Placement> WorkerRegistry::Choose(absl::Span<const int32_t> promp
     if (Compatible(decode->info, p->info)) matching.push_back(p);
   }
   Entry* prefill = PickLocked(matching, prompt, &prefill_cursor_, prefill_affinity_);
-  ++decode->in_flight;
-  decode->in_flight_tokens += tokens;
-  ++prefill->in_flight;
-  prefill->in_flight_tokens += tokens;
-  placement.decode = View(*decode);
-  placement.prefill = View(*prefill);
+  placement.decode = CountInFlightLocked(*decode, tokens);
+  placement.prefill = CountInFlightLocked(*prefill, tokens);
   return placement;
+}
+
+WorkerView WorkerRegistry::CountInFlightLocked(Entry& entry, int64_t tokens) {
+  ++entry.in_flight;
+  entry.in_flight_tokens += tokens;
+  return View(entry);
 }
 
 bool WorkerRegistry::HasCompatiblePair(absl::Time now) {

@@ -128,6 +128,9 @@ class WorkerRegistry {
 
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<Entry*> LiveLocked(estuary::v1::WorkerRole role) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts one placed request (and its prompt tokens) in flight on `entry` (Release undoes it);
+  // returns its view for the Placement.
+  WorkerView CountInFlightLocked(Entry& entry, int64_t tokens) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The policy's choice among `candidates` (non-empty).
   Entry* PickLocked(const std::vector<Entry*>& candidates, absl::Span<const int32_t> prompt,
                     int64_t* cursor, AffinityTable& affinity) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
