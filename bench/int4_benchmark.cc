@@ -76,8 +76,9 @@ void BM_Int4(benchmark::State& state, size_t shape_index, int64_t n_tokens, int 
   const std::vector<float> x = Activations(n_tokens * shape.cols);
   std::vector<float> y(static_cast<size_t>(n_tokens * shape.rows));
   size_t next = 0;
+  WorkerPool pool(threads);
   for (auto _ : state) {
-    Int4MatMul(set[next], x.data(), n_tokens, y.data(), threads);
+    Int4MatMul(set[next], x.data(), n_tokens, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
     next = next + 1 == set.size() ? 0 : next + 1;

@@ -104,7 +104,8 @@ absl::StatusOr<BenchPrefillRow> MeasureMatMul(const std::string& name, int64_t o
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (float& v : x) v = u(rng);
   const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(out) * in;
-  const kernels::cpu::MatMulOptions invariant{kernels::cpu::MatMulPath::kBatchInvariant, threads};
+  WorkerPool pool(threads);
+  const kernels::cpu::MatMulOptions invariant{kernels::cpu::MatMulPath::kBatchInvariant, &pool};
 
   ESTUARY_ASSIGN_OR_RETURN(const double bi_f32, BestSeconds(iterations, [&] {
                              return kernels::cpu::MatMul(w, x.data(), n, y.data(), invariant);

@@ -59,7 +59,7 @@ absl::Status RunDecoderLayer(const LlamaModel& model, int layer, const LayerProj
           vv.data() + row * kv_dim);
     }
     e.kv->Attend(layer, q.data() + row * q_dim, static_cast<int>(n), e.start_pos, n_heads,
-                 att.data() + row * q_dim, mm.threads);
+                 att.data() + row * q_dim, mm.pool != nullptr ? mm.pool->size() : 1);
     row += n;
   }
   ESTUARY_RETURN_IF_ERROR(proj.wo.Apply(att.data(), rows, proj_out.data(), mm));

@@ -18,7 +18,8 @@ absl::Status Linear::ApplyBlock(int block, const float* x, int64_t n_tokens, flo
   if (int4_ != nullptr) {
     // More threads only pay off on matrices that do not fit the caches (int4_matmul.h).
     const bool large = int4_[block].bytes() >= kInt4ThreadedBytes;
-    Int4MatMul(int4_[block], x, n_tokens, y, large ? std::max(1, matmul.threads) : 1);
+    Int4MatMul(int4_[block], x, n_tokens, y,
+               large && matmul.pool != nullptr ? *matmul.pool : WorkerPool::Serial());
     return absl::OkStatus();
   }
   if (dense_ == nullptr || !dense_[block].defined()) {

@@ -54,6 +54,9 @@ absl::StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::Create(
   sharded->rivers_.resize(static_cast<size_t>(tp));
   sharded->owned_rivers_.resize(static_cast<size_t>(tp));
   sharded->threads_ = std::make_unique<parallel::RankThreads>(tp);
+  for (int r = 0; r < tp; ++r) {
+    sharded->pools_.push_back(std::make_unique<WorkerPool>(sharded->threads_per_rank_));
+  }
   return sharded;
 }
 
@@ -65,6 +68,7 @@ std::unique_ptr<ShardedModel> ShardedModel::Borrow(const LlamaModel& model, cons
   sharded->threads_per_rank_ = 1;
   sharded->collective_timeout_ = absl::Seconds(30);
   sharded->threads_ = std::make_unique<parallel::RankThreads>(1);
+  sharded->pools_.push_back(std::make_unique<WorkerPool>(1));
   return sharded;
 }
 
@@ -118,7 +122,7 @@ absl::Status ShardedModel::Forward(absl::Span<const BatchEntry> entries, const K
     ForwardOptions forward;
     forward.river = options.use_river ? rivers_[static_cast<size_t>(rank)] : nullptr;
     forward.policy = options.policy;
-    forward.matmul = {options.matmul_path, threads_per_rank_};
+    forward.matmul = {options.matmul_path, pools_[static_cast<size_t>(rank)].get()};
     forward.comm = group_ != nullptr ? &group_->rank(rank) : nullptr;
     forward.collective_timeout = collective_timeout_;
     if (options.on_layer_done) {

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "core/common/worker_pool.h"
 #include "core/kernels/cpu/kernels.h"
 #include "core/model/exit_policy.h"
 #include "core/model/forward_batch.h"
@@ -104,6 +105,7 @@ class ShardedModel {
   int threads_per_rank_ = 1;
   absl::Duration collective_timeout_;
   std::unique_ptr<parallel::RankThreads> threads_;
+  std::vector<std::unique_ptr<WorkerPool>> pools_;  // [rank]: threads_per_rank_ threads each
   std::unique_ptr<parallel::CpuCommunicatorGroup> group_;  // null for tp_size 1
 };
 

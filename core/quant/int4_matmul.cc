@@ -32,17 +32,13 @@
 #ifndef ESTUARY_CORE_QUANT_INT4_MATMUL_ONCE
 #define ESTUARY_CORE_QUANT_INT4_MATMUL_ONCE
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "core/common/worker_pool.h"
 #include "core/quant/int4_matmul.h"
 #include "core/quant/int4_matrix.h"
 #include "hwy/aligned_allocator.h"
@@ -457,119 +453,18 @@ Prepared Prepare(const Int4Matrix& w, const float* x, int64_t n_tokens) {
   return p;
 }
 
-// Process-wide pool: workers wait for a job and run their share of its tiles; the caller takes
-// part as worker 0. Jobs are serialized by `run_mutex_`. Waiting spins briefly (decode issues
-// matrix products back to back, a few microseconds apart) before blocking on a condition
-// variable, so a wake-up usually costs nanoseconds rather than a scheduler round trip.
-class TilePool {
- public:
-  static TilePool& Get() {
-    static TilePool* pool = new TilePool();  // never destroyed: workers may outlive main()
-    return *pool;
-  }
-
-  // Runs fn(begin, end) over [0, n) split into `parts` contiguous parts (2 <= parts < 2^16).
-  void Run(int parts, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-    std::lock_guard<std::mutex> run_lock(run_mutex_);
-    Grow(parts - 1);
-    job_ = &fn;
-    job_n_ = n;
-    pending_.store(parts - 1, std::memory_order_relaxed);
-    {
-      // One word carries the job's generation and part count, so that a worker reads both
-      // consistently; the release publishes job_ and job_n_.
-      std::lock_guard<std::mutex> lock(mutex_);
-      const uint64_t generation = (state_.load(std::memory_order_relaxed) >> 16) + 1;
-      state_.store(generation << 16 | static_cast<uint64_t>(parts), std::memory_order_release);
-    }
-    wake_.notify_all();
-    RunPart(0, fn, n, parts);
-    const auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
-    if (!Spin(done)) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      done_.wait(lock, done);
-    }
-  }
-
- private:
-  static constexpr int kSpins = 1 << 14;  // ~0.3 ms of pause instructions
-
-  template <class Pred>
-  static bool Spin(const Pred& ready) {
-    for (int i = 0; i < kSpins; ++i) {
-      if (ready()) return true;
-#if HWY_ARCH_X86
-      __builtin_ia32_pause();
-#endif
-    }
-    return ready();
-  }
-
-  static void RunPart(int part, const std::function<void(int64_t, int64_t)>& fn, int64_t n,
-                      int parts) {
-    const int64_t begin = n * part / parts;
-    const int64_t end = n * (part + 1) / parts;
-    if (begin < end) fn(begin, end);
-  }
-
-  // Called under run_mutex_ before the next job is published: new workers start from the
-  // current state and pick up that job.
-  void Grow(int workers) {
-    while (static_cast<int>(workers_.size()) < workers) {
-      const int part = static_cast<int>(workers_.size()) + 1;
-      const uint64_t seen = state_.load(std::memory_order_acquire);
-      workers_.emplace_back([this, part, seen] { WorkerLoop(part, seen); });
-    }
-  }
-
-  void WorkerLoop(int part, uint64_t seen) {
-    for (;;) {
-      const auto moved = [&] { return state_.load(std::memory_order_acquire) != seen; };
-      if (!Spin(moved)) {
-        std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, moved);
-      }
-      seen = state_.load(std::memory_order_acquire);
-      const int parts = static_cast<int>(seen & 0xFFFF);
-      if (part >= parts) continue;  // not needed for this job
-      // The job stays valid until every needed worker has decremented pending_.
-      RunPart(part, *job_, job_n_, parts);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        done_.notify_one();
-      }
-    }
-  }
-
-  std::mutex run_mutex_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::condition_variable done_;
-  std::vector<std::thread> workers_;
-  // The current job: written by Run() before state_ moves, read by the needed workers after.
-  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-  int64_t job_n_ = 0;
-  std::atomic<uint64_t> state_{0};  // generation << 16 | parts
-  std::atomic<int> pending_{0};
-};
-
 }  // namespace
 }  // namespace int4_kernel
 
 void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y) {
-  Int4MatMul(w, x, n_tokens, y, 1);
+  Int4MatMul(w, x, n_tokens, y, WorkerPool::Serial());
 }
 
-void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y, int threads) {
+void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y,
+                WorkerPool& pool) {
   if (w.empty() || n_tokens <= 0) return;
   const int4_kernel::Prepared p = int4_kernel::Prepare(w, x, n_tokens);
-  const int64_t tiles = w.n_tiles();
-  const int parts = static_cast<int>(std::clamp<int64_t>(threads, 1, std::min<int64_t>(tiles, 256)));
-  if (parts == 1) {
-    HWY_DYNAMIC_DISPATCH(int4_kernel::TilesImpl)(w, p, 0, tiles, y);
-    return;
-  }
-  int4_kernel::TilePool::Get().Run(parts, tiles, [&](int64_t begin, int64_t end) {
+  pool.ParallelFor(w.n_tiles(), [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(int4_kernel::TilesImpl)(w, p, begin, end, y);
   });
 }

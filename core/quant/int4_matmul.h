@@ -20,21 +20,22 @@
 // int4 data, 0.7-0.75 of the core's streaming-read bandwidth, 2.3-3x faster than the bf16 GEMV;
 // batches of 4-16 tokens run 1.5-3x faster than the bf16 GEMV once per token.
 //
-// Thread-safety: concurrent calls are fine (scratch is thread_local). `threads > 1` splits the
-// row tiles over a process-wide persistent pool of threads - 1 workers plus the caller; workers
-// spin ~0.3 ms after a job before blocking, so back-to-back calls wake them cheaply. Calls with
-// threads > 1 are serialized. Give it only cores that are otherwise idle (two threads: ~35 GB/s
-// on the 1B shapes here, but slower than one for matrices below ~2 MB when cores are busy).
+// Thread-safety: concurrent calls are fine (scratch is thread_local). The row tiles are split
+// over `pool` (the caller's rank's WorkerPool; see core/common/worker_pool.h); a call on one
+// pool is serialized with that pool's other jobs. Give it only cores that are otherwise idle (two
+// threads: ~35 GB/s on the 1B shapes here, but slower than one for matrices below ~2 MB when
+// cores are busy).
 
 #include <cstdint>
 
+#include "core/common/worker_pool.h"
 #include "core/quant/int4_matrix.h"
 
 namespace estuary {
 
-// threads = 1.
+// On the caller's thread alone.
 void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y);
-void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y, int threads);
+void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y, WorkerPool& pool);
 
 // Name of the SIMD target Int4MatMul dispatches to on this machine ("AVX3", "AVX2", ...).
 const char* Int4MatMulTargetName();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -95,8 +96,9 @@ void CheckAgainstReference(const Int4Matrix& w, int64_t n_tokens, uint32_t seed,
   }
   // The threaded variant gives the same bits.
   for (int threads : {2, 3}) {
+    WorkerPool pool(threads);
     std::vector<float> yt(ref.size(), NAN);
-    Int4MatMul(w, x.data(), n_tokens, yt.data(), threads);
+    Int4MatMul(w, x.data(), n_tokens, yt.data(), pool);
     ASSERT_EQ(std::memcmp(yt.data(), y.data(), y.size() * sizeof(float)), 0)
         << label << " threads " << threads;
   }
@@ -184,10 +186,12 @@ TEST(Int4MatMulGroupTest, ThreadPoolStress) {
   std::vector<float> expected(2 * 64);
   Int4MatMul(*w, x.data(), 2, expected.data());
   std::mt19937 rng(3);
+  std::vector<std::unique_ptr<WorkerPool>> pools;
+  for (int threads = 1; threads <= 4; ++threads) pools.push_back(std::make_unique<WorkerPool>(threads));
   for (int i = 0; i < 3000; ++i) {
     const int threads = 1 + static_cast<int>(rng() % 4);
     std::vector<float> y(expected.size(), NAN);
-    Int4MatMul(*w, x.data(), 2, y.data(), threads);
+    Int4MatMul(*w, x.data(), 2, y.data(), *pools[static_cast<size_t>(threads - 1)]);
     ASSERT_EQ(std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)), 0)
         << "call " << i << " threads " << threads;
     if (i % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // workers block

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "core/common/worker_pool.h"
 #include "core/model/llama_config.h"
 #include "core/tensor/tensor.h"
 
@@ -36,7 +37,9 @@ enum class MatMulPath {
 };
 struct MatMulOptions {
   MatMulPath path = MatMulPath::kFastest;
-  int threads = 1;  // kBatchInvariant only; kFastest's sgemm uses SetCpuThreads()
+  // The rank's worker threads (core/common/worker_pool.h); null: the caller's thread alone.
+  // kBatchInvariant splits rows over it; kFastest's sgemm uses SetCpuThreads().
+  WorkerPool* pool = nullptr;
 };
 [[nodiscard]] absl::Status MatMul(const Tensor& weight, const float* x, int64_t n_tokens,
                                   float* y, const MatMulOptions& options = {});

@@ -246,14 +246,15 @@ TEST(MatMulTest, BatchInvariantPathGivesTheSameBitsForAnyBatch) {
     const Tensor w = MakeTensor(dtype, {rows, cols}, RandomVector(rows * cols, 3));
     const std::vector<float> x = RandomVector(n * cols, 4);
     std::vector<float> whole(static_cast<size_t>(n * rows));
-    ASSERT_TRUE(MatMul(w, x.data(), n, whole.data(), {MatMulPath::kBatchInvariant, 1}).ok());
+    ASSERT_TRUE(MatMul(w, x.data(), n, whole.data(), {MatMulPath::kBatchInvariant, nullptr}).ok());
     for (const int chunk : {1, 3, 16, 64}) {
       for (const int threads : {1, 2}) {
+        WorkerPool pool(threads);
         std::vector<float> y(whole.size());
         for (int64_t t0 = 0; t0 < n; t0 += chunk) {
           const int64_t m = std::min<int64_t>(chunk, n - t0);
           ASSERT_TRUE(MatMul(w, x.data() + t0 * cols, m, y.data() + t0 * rows,
-                             {MatMulPath::kBatchInvariant, threads})
+                             {MatMulPath::kBatchInvariant, &pool})
                           .ok());
         }
         EXPECT_EQ(y, whole) << DTypeName(dtype) << " chunk " << chunk << " threads " << threads;

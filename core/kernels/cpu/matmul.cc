@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -83,9 +82,9 @@ constexpr int64_t kMinFmasPerThread = int64_t{1} << 20;
 // GEMV on its own thread into its own scratch, then copied into its columns of y. Splitting rows
 // changes nothing in any element's accumulation order.
 void BatchInvariantMatMul(const Tensor& weight, const float* x, int64_t n_tokens, int64_t n_out,
-                          int64_t n_in, int threads, float* y) {
+                          int64_t n_in, WorkerPool& pool, float* y) {
   const int64_t by_work = std::max<int64_t>(1, n_tokens * n_out * n_in / kMinFmasPerThread);
-  const int64_t blocks = std::min<int64_t>({std::max(threads, 1), by_work, n_out});
+  const int64_t blocks = std::min<int64_t>({pool.size(), by_work, n_out});
   if (blocks <= 1) {
     GemvBatch(weight, x, n_tokens, n_out, n_in, y);
     return;
@@ -101,11 +100,9 @@ void BatchInvariantMatMul(const Tensor& weight, const float* x, int64_t n_tokens
                   static_cast<size_t>(rows) * sizeof(float));
     }
   };
-  std::vector<std::thread> helpers;
-  helpers.reserve(static_cast<size_t>(blocks - 1));
-  for (int64_t b = 1; b < blocks; ++b) helpers.emplace_back(run_block, b);
-  run_block(0);
-  for (std::thread& t : helpers) t.join();
+  pool.ParallelFor(blocks, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) run_block(b);
+  });
 }
 
 std::vector<float>& PanelScratch() {
@@ -151,7 +148,8 @@ absl::Status MatMul(const Tensor& weight, const float* x, int64_t n_tokens, floa
   }
 
   if (options.path == MatMulPath::kBatchInvariant) {
-    BatchInvariantMatMul(weight, x, n_tokens, n_out, n_in, options.threads, y);
+    BatchInvariantMatMul(weight, x, n_tokens, n_out, n_in,
+                         options.pool != nullptr ? *options.pool : WorkerPool::Serial(), y);
     return absl::OkStatus();
   }
   if (n_tokens == 1) {
