@@ -83,7 +83,7 @@ ABSL_FLAG(bool, json, false, "print one JSON object instead of text");
 ABSL_FLAG(int, threads, 0, "CPU threads for the GEMM library; 0 = its default");
 ABSL_FLAG(std::string, from, "", "convert: llama2.c folder or model.bin");
 ABSL_FLAG(std::string, to, "", "convert: output Hugging Face folder");
-ABSL_FLAG(std::string, preset, "tiny", "synth: tiny, llama-3.2-1b or llama-3.1-8b");
+ABSL_FLAG(std::string, preset, "tiny", "synth: tiny, llama-3.2-1b, llama-1b-v512 (the 1B decoder, vocabulary 512) or llama-3.1-8b");
 ABSL_FLAG(std::string, out, "", "synth: output folder");
 ABSL_FLAG(std::vector<std::string>, taus, {}, "eval-exit: comma-separated exit thresholds");
 ABSL_FLAG(std::string, prompts, "", "eval-exit: file with one prompt per line");

@@ -42,7 +42,10 @@ absl::StatusOr<LlamaConfig> PresetConfig(absl::string_view preset) {
     c.tied_embeddings = false;  // exercises lm_head; the llama2.c models cover the tied case
     c.bos_id = 510;
     c.eos_ids = {511};
-  } else if (preset == "llama-3.2-1b") {
+  } else if (preset == "llama-3.2-1b" || preset == "llama-1b-v512") {
+    // llama-1b-v512: the 1B decoder with a 512-token vocabulary, so that benchmarks measure the
+    // layers (issue 18's reference shape: 975M parameters, all but 1M of them in the layers)
+    // rather than a 128256 x 2048 LM head.
     c.dim = 2048;
     c.hidden_dim = 8192;
     c.n_layers = 16;
@@ -56,6 +59,11 @@ absl::StatusOr<LlamaConfig> PresetConfig(absl::string_view preset) {
     c.tied_embeddings = true;
     c.bos_id = 128000;
     c.eos_ids = {128001};
+    if (preset == "llama-1b-v512") {
+      c.vocab_size = 512;  // the tiny preset's byte-level tokenizer and special ids
+      c.bos_id = 510;
+      c.eos_ids = {511};
+    }
   } else if (preset == "llama-3.1-8b") {
     c.dim = 4096;
     c.hidden_dim = 14336;
@@ -72,7 +80,7 @@ absl::StatusOr<LlamaConfig> PresetConfig(absl::string_view preset) {
     c.eos_ids = {128001, 128008, 128009};
   } else {
     return absl::InvalidArgumentError(absl::StrCat("synth: unknown preset '", preset,
-                                                   "'; valid: tiny, llama-3.2-1b, llama-3.1-8b"));
+                                                   "'; valid: tiny, llama-3.2-1b, llama-1b-v512, llama-3.1-8b"));
   }
   c.name = std::string(preset);
   ESTUARY_RETURN_IF_ERROR(c.Validate());
