@@ -8,10 +8,8 @@ cd "$(dirname "$0")/../.."
 skip() { echo "SKIPPED: $*"; exit 77; }
 command -v kubectl > /dev/null || skip "no kubectl (install kubectl 1.27+; it carries kustomize)"
 command -v node > /dev/null || skip "no node (Debian: apt-get install nodejs npm)"
-if [ ! -d deploy/validate/node_modules/kubernetes-models ]; then
-  (cd deploy/validate && timeout 300 npm ci --no-audit --no-fund --loglevel=error) \
-    || skip "npm could not install kubernetes-models (no registry reachable?)"
-fi
+scripts/npm_install_once.sh deploy/validate \
+  || skip "npm could not install kubernetes-models (no registry reachable?)"
 for overlay in deploy/overlays/*/; do
   name="$(basename "$overlay")"
   rendered="$(kubectl kustomize "$overlay")"

@@ -36,11 +36,8 @@ std::string ReadFile(const std::filesystem::path& path) {
 // A skip reason when the reference renderer cannot be had.
 std::string InstallReference() {
   if (::access("/usr/bin/node", X_OK) != 0) return "no node (apt-get install nodejs npm)";
-  if (std::filesystem::exists(std::string(kDir) + "/node_modules/@huggingface/jinja")) return "";
-  auto installed = RunProcess(
-      {"/bin/sh", "-c",
-       std::string("cd ") + kDir + " && timeout 300 npm ci --no-audit --no-fund --loglevel=error"},
-      absl::Minutes(6));
+  auto installed =
+      RunProcess({"/bin/bash", "scripts/npm_install_once.sh", kDir}, absl::Minutes(7));
   if (!installed.ok() || installed->exit_code != 0) {
     return "npm could not install @huggingface/jinja (no registry reachable?)";
   }

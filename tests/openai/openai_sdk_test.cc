@@ -8,7 +8,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,11 +35,9 @@ using ::estuary::testing::Spec;
 // The SDK's packages (tests/openai/node_modules); a skip reason when they cannot be had.
 std::string InstallSdk() {
   if (::access("/usr/bin/node", X_OK) != 0) return "no node (apt-get install nodejs npm)";
-  if (std::filesystem::exists("tests/openai/node_modules/openai")) return "";
-  auto installed = RunProcess({"/bin/sh", "-c",
-                               "cd tests/openai && timeout 300 npm ci --no-audit --no-fund "
-                               "--loglevel=error"},
-                              absl::Minutes(6));
+  // One install for both tests of this file, which ctest may run at once.
+  auto installed =
+      RunProcess({"/bin/bash", "scripts/npm_install_once.sh", "tests/openai"}, absl::Minutes(7));
   if (!installed.ok() || installed->exit_code != 0) {
     return "npm could not install the openai SDK (no registry reachable?)";
   }
