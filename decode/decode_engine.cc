@@ -8,7 +8,6 @@
 #include "core/common/status_macros.h"
 #include "core/kvcache/sequence_kv.h"
 #include "core/model/forward_batch.h"
-#include "core/model/paged_kv_view.h"
 
 namespace estuary {
 
@@ -76,19 +75,11 @@ absl::Status DecodeEngineOptions::Validate(const LlamaConfig& config) const {
 absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
     ShardedModel& model, const DecodeEngineOptions& options, TokenSink sink) {
   ESTUARY_RETURN_IF_ERROR(options.Validate(model.config()));
-  const int tp = model.tp_size();
-  if (options.cuda_device >= 0) {
-    ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStep> step,
-                             CreateDeviceStepFor(model, options.device_step(), "decode"));
-    return std::unique_ptr<DecodeEngine>(
-        new DecodeEngine(model, nullptr, options, std::move(sink), nullptr, std::move(step)));
-  }
   ESTUARY_ASSIGN_OR_RETURN(
-      std::unique_ptr<KvPool> pool,
-      KvPool::Create(KvLayout::FromConfig(model.config(), options.block_size, tp),
-                     options.kv_cache_bytes, tp, options.kv_allocator));
+      std::unique_ptr<StepRunner> runner,
+      CreateStepRunner(model, options.device_step(), options.kv_allocator, "decode"));
   return std::unique_ptr<DecodeEngine>(
-      new DecodeEngine(model, nullptr, options, std::move(sink), std::move(pool), nullptr));
+      new DecodeEngine(nullptr, std::move(runner), options, std::move(sink)));
 }
 
 absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
@@ -96,34 +87,23 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(
     TokenSink sink) {
   ESTUARY_RETURN_IF_ERROR(options.Validate(model.config()));
   std::unique_ptr<ShardedModel> borrowed = ShardedModel::Borrow(model, river);
-  ShardedModel& ref = *borrowed;
-  if (options.cuda_device >= 0) {
-    ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStep> step,
-                             CreateDeviceStepFor(ref, options.device_step(), "decode"));
-    return std::unique_ptr<DecodeEngine>(new DecodeEngine(
-        ref, std::move(borrowed), options, std::move(sink), nullptr, std::move(step)));
-  }
   ESTUARY_ASSIGN_OR_RETURN(
-      std::unique_ptr<KvPool> pool,
-      KvPool::Create(KvLayout::FromConfig(model.config(), options.block_size),
-                     options.kv_cache_bytes, 1, options.kv_allocator));
-  return std::unique_ptr<DecodeEngine>(new DecodeEngine(
-      ref, std::move(borrowed), options, std::move(sink), std::move(pool), nullptr));
+      std::unique_ptr<StepRunner> runner,
+      CreateStepRunner(*borrowed, options.device_step(), options.kv_allocator, "decode"));
+  return std::unique_ptr<DecodeEngine>(
+      new DecodeEngine(std::move(borrowed), std::move(runner), options, std::move(sink)));
 }
 
-DecodeEngine::DecodeEngine(ShardedModel& model, std::unique_ptr<ShardedModel> borrowed,
-                           const DecodeEngineOptions& options, TokenSink sink,
-                           std::unique_ptr<KvPool> pool,
-                           std::unique_ptr<DeviceStep> device_step)
+DecodeEngine::DecodeEngine(std::unique_ptr<ShardedModel> borrowed,
+                           std::unique_ptr<StepRunner> runner, const DecodeEngineOptions& options,
+                           TokenSink sink)
     : borrowed_(std::move(borrowed)),
-      model_(model),
-      use_river_(model.river(0) != nullptr),
+      runner_(std::move(runner)),
+      use_river_(runner_->has_river()),
       options_(options),
       sink_(std::move(sink)),
-      device_step_(std::move(device_step)),
-      pool_(device_step_ != nullptr ? device_step_->pool()
-                                    : std::shared_ptr<KvPool>(std::move(pool))),
-      stats_(model.config().n_layers) {}
+      pool_(runner_->pool()),
+      stats_(runner_->config().n_layers) {}
 
 // Sequences hold pages of the pool, so they go before it.
 DecodeEngine::~DecodeEngine() {
@@ -132,7 +112,7 @@ DecodeEngine::~DecodeEngine() {
 }
 
 absl::Status DecodeEngine::ValidateRequest(const DecodeRequest& request) const {
-  ESTUARY_RETURN_IF_ERROR(ValidatePromptIds(model_.config(), request.prompt_ids));
+  ESTUARY_RETURN_IF_ERROR(ValidatePromptIds(runner_->config(), request.prompt_ids));
   if (request.max_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens = ", request.max_tokens, " must be >= 1"));
@@ -157,7 +137,7 @@ std::unique_ptr<DecodeEngine::Sequence> DecodeEngine::NewSequence(DecodeRequest 
   const float tau = exits ? request.exit_threshold.value_or(options_.exit.default_threshold) : 2.0f;
   const int64_t arrival = arrivals_.fetch_add(1);
   return std::make_unique<Sequence>(std::move(request), pool_.get(), arrival, tau,
-                                    model_.config().eos_ids);
+                                    runner_->config().eos_ids);
 }
 
 absl::StatusOr<DecodeEngine::Reservation> DecodeEngine::Reserve(DecodeRequest request,
@@ -184,7 +164,7 @@ absl::StatusOr<DecodeEngine::Reservation> DecodeEngine::Reserve(DecodeRequest re
 absl::Status DecodeEngine::CompleteReservation(const std::string& request_id, int32_t first_token,
                                                absl::Span<const uint8_t> provenance,
                                                std::optional<TokenLogprobs> first_token_logprobs) {
-  const int32_t vocab = model_.config().vocab_size;
+  const int32_t vocab = runner_->config().vocab_size;
   auto outside = [vocab](int32_t id) { return id < 0 || id >= vocab; };
   if (outside(first_token)) {
     return absl::InvalidArgumentError(absl::StrCat("first token ", first_token,
@@ -254,7 +234,7 @@ void DecodeEngine::DrainReservations() {
     // The pushed prompt joins the prefix cache: later samples of it adopt its full pages.
     if (options_.enable_prefix_caching) s.kv.RegisterFullPages(s.tokens);
     running_.push_back(std::move(r->sequence));
-    EmitToken(s, std::move(r->first_token), model_.config().n_layers);
+    EmitToken(s, std::move(r->first_token), runner_->config().n_layers);
   }
 }
 
@@ -337,24 +317,18 @@ void DecodeEngine::Admit() {
 
 absl::Status DecodeEngine::Forward(const std::vector<Sequence*>& batch,
                                    absl::Span<const BatchEntry> entries,
-                                   const ShardedForwardOptions& forward, bool decode,
-                                   absl::Span<float> logits,
+                                   bool decode, absl::Span<float> logits,
                                    absl::Span<EntryOutcome> outcomes) {
-  if (device_step_ != nullptr) {
-    std::vector<const SequenceKv*> kvs;
-    for (Sequence* s : batch) kvs.push_back(&s->kv);
-    // Decode steps carry the engine's exit policy; prefill steps run under the default one.
-    return device_step_->Forward(entries, kvs, decode, logits, outcomes);
-  }
-  // views[rank][i]: rank `rank`'s view of batch[i]'s pages.
-  std::vector<std::vector<PagedKvView>> views(static_cast<size_t>(model_.tp_size()));
-  for (int rank = 0; rank < model_.tp_size(); ++rank) {
-    for (Sequence* s : batch) views[static_cast<size_t>(rank)].emplace_back(&s->kv, rank);
-  }
-  return model_.Forward(
-      entries,
-      [&](int rank, size_t entry) -> KvView* { return &views[static_cast<size_t>(rank)][entry]; },
-      forward, logits, outcomes);
+  std::vector<SequenceKv*> kvs;
+  kvs.reserve(batch.size());
+  for (Sequence* s : batch) kvs.push_back(&s->kv);
+  // Decode steps carry the engine's exit policy; prefill steps run the full backbone under the
+  // default one (τ above 1 for every entry): the river is there only for the layers that are not
+  // resident (--resident-backbone-layers), where the exit is forced.
+  StepOptions step;
+  step.use_river = use_river_;
+  step.exit_policy = decode;
+  return runner_->Forward(entries, kvs, step, logits, outcomes);
 }
 
 absl::Status DecodeEngine::PrefillStep() {
@@ -380,17 +354,13 @@ absl::Status DecodeEngine::PrefillStep() {
   }
   if (entries.empty()) return absl::OkStatus();
 
-  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  const size_t vocab = static_cast<size_t>(runner_->config().vocab_size);
   size_t with_logits = 0;
   for (const BatchEntry& e : entries) with_logits += e.want_logits;
   std::vector<float> logits(with_logits * vocab);
   std::vector<EntryOutcome> outcomes(entries.size());
-  // Prefill runs the full backbone (τ above 1 for every entry); the river is there only for the
-  // layers that are not resident (--resident-backbone-layers), where the exit is forced.
-  ShardedForwardOptions forward;
-  forward.use_river = use_river_;
   if (absl::Status status =
-          Forward(batch, entries, forward, /*decode=*/false, absl::MakeSpan(logits),
+          Forward(batch, entries, /*decode=*/false, absl::MakeSpan(logits),
                   absl::MakeSpan(outcomes));
       !status.ok()) {
     FailAll(batch, status);
@@ -462,16 +432,13 @@ absl::Status DecodeEngine::DecodeStep() {
     entry.want_logits = !TokenOnDevice(*s);
     entries.push_back(entry);
   }
-  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  const size_t vocab = static_cast<size_t>(runner_->config().vocab_size);
   size_t with_logits = 0;
   for (const BatchEntry& e : entries) with_logits += e.want_logits;
   std::vector<float> logits(with_logits * vocab);
   std::vector<EntryOutcome> outcomes(entries.size());
-  ShardedForwardOptions forward;
-  forward.use_river = use_river_;
-  forward.policy = options_.exit;
   if (absl::Status status =
-          Forward(batch, entries, forward, /*decode=*/true, absl::MakeSpan(logits),
+          Forward(batch, entries, /*decode=*/true, absl::MakeSpan(logits),
                   absl::MakeSpan(outcomes));
       !status.ok()) {
     FailAll(batch, status);
@@ -488,7 +455,7 @@ absl::Status DecodeEngine::DecodeStep() {
 }
 
 bool DecodeEngine::TokenOnDevice(const Sequence& s) const {
-  return TokenFromDeviceArgmax(device_step_.get(), s.sampler);
+  return runner_->TokenFromArgmax(s.sampler.greedy());
 }
 
 void DecodeEngine::TakeToken(Sequence& s, const BatchEntry& entry, const EntryOutcome& outcome,
@@ -497,7 +464,7 @@ void DecodeEngine::TakeToken(Sequence& s, const BatchEntry& entry, const EntryOu
     EmitToken(s, SampledToken{outcome.argmax, std::nullopt}, outcome.backbone_layers);
     return;
   }
-  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  const size_t vocab = static_cast<size_t>(runner_->config().vocab_size);
   AcceptToken(s, absl::MakeSpan(logits.data() + logit_row * vocab, vocab),
               outcome.backbone_layers);
   ++logit_row;
@@ -508,7 +475,7 @@ void DecodeEngine::AcceptToken(Sequence& s, absl::Span<float> logits, int backbo
 }
 
 void DecodeEngine::EmitToken(Sequence& s, SampledToken token, int backbone_layers) {
-  const LlamaConfig& c = model_.config();
+  const LlamaConfig& c = runner_->config();
   const int32_t next = token.id;
   if (const auto end = EndsSequence(c, s.sampler, next, s.request.ignore_eos)) {
     return Finish(s, *end, absl::OkStatus());

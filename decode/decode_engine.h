@@ -34,6 +34,7 @@
 #include "core/model/river.h"
 #include "core/model/sharded_model.h"
 #include "core/model/device_step.h"
+#include "core/model/step_runner.h"
 #include "decode/decode_request.h"
 #include "decode/exit_stats.h"
 
@@ -130,14 +131,12 @@ class DecodeEngine {
  private:
   struct Sequence;
 
-  DecodeEngine(ShardedModel& model, std::unique_ptr<ShardedModel> borrowed,
-               const DecodeEngineOptions& options, TokenSink sink, std::unique_ptr<KvPool> pool,
-               std::unique_ptr<DeviceStep> device_step);
-  // One forward step of `entries` over the sequences' pages on every rank.
-  // `decode`: a decode step (else a prefill step); the device step picks its policy by it.
+  DecodeEngine(std::unique_ptr<ShardedModel> borrowed, std::unique_ptr<StepRunner> runner,
+               const DecodeEngineOptions& options, TokenSink sink);
+  // One forward step of `entries` over the sequences' pages (every rank's, on the CPU).
+  // `decode`: a decode step, under the engine's exit policy (else a prefill step, no exit).
   absl::Status Forward(const std::vector<Sequence*>& batch, absl::Span<const BatchEntry> entries,
-                       const ShardedForwardOptions& forward, bool decode, absl::Span<float> logits,
-                       absl::Span<EntryOutcome> outcomes);
+                       bool decode, absl::Span<float> logits, absl::Span<EntryOutcome> outcomes);
 
   void DrainInbox();
   // Moves completed reservations into the running batch and expires lapsed leases.
@@ -166,14 +165,13 @@ class DecodeEngine {
   void FailAll(std::vector<Sequence*>& sequences, const absl::Status& status);
   void RemoveFinished();
 
-  std::unique_ptr<ShardedModel> borrowed_;  // Create(LlamaModel&, ...) only; model_ points here
-  ShardedModel& model_;
+  std::unique_ptr<ShardedModel> borrowed_;  // Create(LlamaModel&, ...) only; runner_ runs it
+  // The forward steps, on the CPU ranks or a GPU (CreateStepRunner); it made the pool.
+  std::unique_ptr<StepRunner> runner_;
   const bool use_river_;
   DecodeEngineOptions options_;
   TokenSink sink_;
-  // With cuda_device: the GPU step, which owns the pool (pool_ points into it).
-  std::unique_ptr<DeviceStep> device_step_;
-  std::shared_ptr<KvPool> pool_;  // its own, or device_step_->pool()
+  std::shared_ptr<KvPool> pool_;  // runner_->pool()
   ExitStats stats_;
   int64_t preemptions_ = 0;
   std::atomic<int64_t> arrivals_{0};

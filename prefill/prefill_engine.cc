@@ -8,7 +8,6 @@
 #include "core/common/logging.h"
 #include "core/common/status_macros.h"
 #include "core/model/generator.h"
-#include "core/model/paged_kv_view.h"
 
 namespace estuary {
 
@@ -66,29 +65,20 @@ absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(
   const int tp = model.tp_size();
   const KvLayout layout = KvLayout::FromConfig(config, options.block_size, tp);
   ESTUARY_RETURN_IF_ERROR(layout.Validate());
-  if (options.cuda_device >= 0) {
-    ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStep> step,
-                             CreateDeviceStepFor(model, options.device_step(), "prefill"));
-    std::shared_ptr<KvPool> pool = step->pool();
-    return std::unique_ptr<PrefillEngine>(
-        new PrefillEngine(model, options, std::move(sink), std::move(pool), std::move(step)));
-  }
-  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<KvPool> pool,
-                           KvPool::Create(layout, options.kv_cache_bytes, tp));
-  ESTUARY_VLOG(1) << "prefill engine: tp " << tp << ", " << pool->num_pages() << " pages of "
-                  << options.block_size << " tokens";
-  return std::unique_ptr<PrefillEngine>(new PrefillEngine(
-      model, options, std::move(sink), std::shared_ptr<KvPool>(std::move(pool)), nullptr));
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<StepRunner> runner,
+                           CreateStepRunner(model, options.device_step(), {}, "prefill"));
+  ESTUARY_VLOG(1) << "prefill engine: tp " << tp << ", " << runner->pool()->num_pages()
+                  << " pages of " << options.block_size << " tokens";
+  return std::unique_ptr<PrefillEngine>(
+      new PrefillEngine(std::move(runner), options, std::move(sink)));
 }
 
-PrefillEngine::PrefillEngine(ShardedModel& model, const PrefillEngineOptions& options,
-                             PrefillSink sink, std::shared_ptr<KvPool> pool,
-                             std::unique_ptr<DeviceStep> device_step)
-    : model_(model),
+PrefillEngine::PrefillEngine(std::unique_ptr<StepRunner> runner,
+                             const PrefillEngineOptions& options, PrefillSink sink)
+    : runner_(std::move(runner)),
       options_(options),
       sink_(std::move(sink)),
-      device_step_(std::move(device_step)),
-      pool_(std::move(pool)) {}
+      pool_(runner_->pool()) {}
 
 // Sequences hold pages of the pool, so they go before it.
 PrefillEngine::~PrefillEngine() {
@@ -97,7 +87,7 @@ PrefillEngine::~PrefillEngine() {
 }
 
 absl::Status PrefillEngine::Submit(PrefillRequest request) {
-  const LlamaConfig& config = model_.config();
+  const LlamaConfig& config = runner_->config();
   ESTUARY_RETURN_IF_ERROR(ValidatePromptIds(config, request.prompt_ids));
   ESTUARY_RETURN_IF_ERROR(request.sampling.Validate());
   if (request.exit_threshold &&
@@ -130,7 +120,7 @@ void PrefillEngine::DrainInbox() {
                           ? request.exit_threshold.value_or(options_.exit.default_threshold)
                           : 2.0f;
     waiting_.push_back(std::make_unique<Sequence>(std::move(request), pool_.get(), tau,
-                                                  model_.config().eos_ids));
+                                                  runner_->config().eos_ids));
   }
   for (const std::string& id : aborts) {
     auto cancel = [&](auto& sequences) {
@@ -191,7 +181,7 @@ absl::Status PrefillEngine::RunBatch(bool* ran) {
   }
   if (batch.empty()) return absl::OkStatus();
 
-  const int tp = model_.tp_size();
+  const int tp = runner_->tp_size();
   const int block = options_.block_size;
   const size_t n = batch.size();
   std::vector<BatchEntry> entries(n);
@@ -207,18 +197,15 @@ absl::Status PrefillEngine::RunBatch(bool* ran) {
     // The last chunk samples the first token: on the host from its logits, or, greedy on a GPU
     // engine, the device's argmax (no logits downloaded).
     last_chunk[i] = chunk_end[i] == s.prompt_len();
-    e.want_logits = last_chunk[i] && !TokenFromDeviceArgmax(device_step_.get(), s.sampler);
+    e.want_logits = last_chunk[i] && !runner_->TokenFromArgmax(s.sampler.greedy());
     with_logits += e.want_logits;
   }
-  // Each rank's KV views, and its LayerReady events (one per chunk, `layer` set per call): each
-  // rank thread touches only its own row, so the callbacks need no lock.
-  std::vector<std::vector<PagedKvView>> views(static_cast<size_t>(tp));
+  // Each rank's LayerReady events (one per chunk, `layer` set per call): each rank thread
+  // touches only its own row, so the callbacks need no lock.
   std::vector<std::vector<LayerReady>> events(static_cast<size_t>(tp));
   for (int r = 0; r < tp; ++r) {
-    views[r].reserve(n);
     for (size_t i = 0; i < n; ++i) {
       Sequence& s = *batch[i];
-      views[r].emplace_back(&s.kv, r);
       LayerReady ready;
       ready.request_id = s.request.request_id;
       ready.rank = r;
@@ -231,10 +218,12 @@ absl::Status PrefillEngine::RunBatch(bool* ran) {
       events[r].push_back(std::move(ready));
     }
   }
-  ShardedForwardOptions forward;
+  // The engine's exit policy only with prefill_exit; otherwise no exit at all. Chunk invariance:
+  // a prompt prefilled in chunks must give the KV it gives in one go.
+  StepOptions forward;
   forward.use_river = options_.prefill_exit;
-  if (options_.prefill_exit) forward.policy = options_.exit;  // otherwise no exit at all
-  forward.matmul_path = kernels::cpu::MatMulPath::kBatchInvariant;
+  forward.exit_policy = options_.prefill_exit;
+  forward.chunk_invariant = true;
   if (sink_.on_layer_ready) {
     forward.on_layer_done = [this, &events](int rank, int layer) {
       for (LayerReady& ready : events[static_cast<size_t>(rank)]) {
@@ -243,29 +232,16 @@ absl::Status PrefillEngine::RunBatch(bool* ran) {
       }
     };
   }
-  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  const size_t vocab = static_cast<size_t>(runner_->config().vocab_size);
   std::vector<float> logits(with_logits * vocab);
   std::vector<EntryOutcome> outcomes(n);
   *ran = true;
   ++steps_;
-  absl::Status status;
-  if (device_step_ != nullptr) {
-    std::vector<const SequenceKv*> kvs;
-    for (Sequence* s : batch) kvs.push_back(&s->kv);
-    std::function<void(int)> layer_done;
-    if (forward.on_layer_done) {
-      layer_done = [&forward](int layer) { forward.on_layer_done(0, layer); };
-    }
-    status = device_step_->Forward(entries, kvs, options_.prefill_exit, absl::MakeSpan(logits),
-                                   absl::MakeSpan(outcomes), layer_done);
-  } else {
-    status = model_.Forward(
-        entries,
-        [&views](int rank, size_t entry) -> KvView* {
-          return &views[static_cast<size_t>(rank)][entry];
-        },
-        forward, absl::MakeSpan(logits), absl::MakeSpan(outcomes));
-  }
+  std::vector<SequenceKv*> kvs;
+  kvs.reserve(n);
+  for (Sequence* s : batch) kvs.push_back(&s->kv);
+  const absl::Status status =
+      runner_->Forward(entries, kvs, forward, absl::MakeSpan(logits), absl::MakeSpan(outcomes));
   if (!status.ok()) {
     ESTUARY_LOG(WARNING) << "prefill step over " << n << " chunks failed: " << status;
     for (Sequence* s : batch) {

@@ -33,6 +33,7 @@
 #include "core/common/request_inbox.h"
 #include "core/kvcache/kv_pool.h"
 #include "core/model/device_step.h"
+#include "core/model/step_runner.h"
 #include "core/model/exit_policy.h"
 #include "core/model/sharded_model.h"
 #include "prefill/prefill_request.h"
@@ -108,8 +109,8 @@ class PrefillEngine {
  private:
   struct Sequence;
 
-  PrefillEngine(ShardedModel& model, const PrefillEngineOptions& options, PrefillSink sink,
-                std::shared_ptr<KvPool> pool, std::unique_ptr<DeviceStep> device_step);
+  PrefillEngine(std::unique_ptr<StepRunner> runner, const PrefillEngineOptions& options,
+                PrefillSink sink);
 
   void DrainInbox();
   void ExpireDeadlines();
@@ -118,11 +119,10 @@ class PrefillEngine {
   void Finish(Sequence& sequence, absl::Status status);
   void RemoveFinished();
 
-  ShardedModel& model_;
+  // The forward steps, on the CPU ranks or a GPU (CreateStepRunner); it made pool_.
+  std::unique_ptr<StepRunner> runner_;
   const PrefillEngineOptions options_;
   const PrefillSink sink_;
-  // With cuda_device: the GPU step (it made pool_).
-  std::unique_ptr<DeviceStep> device_step_;
   // Shared with every PrefillDone event (which may outlive the engine); declared before the
   // sequences, which hold its pages.
   std::shared_ptr<KvPool> pool_;

@@ -6,6 +6,8 @@
 # that needs no GPU last, so that the closing lines CI reads are the full suite's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Layering first (seconds, nothing compiled): each target includes only what it links.
+python3 scripts/check_layering.py
 bash scripts/build.sh
 # What only tests need: python3-yaml and iproute2 (the pods-as-written and multi-node tests);
 # node with npm where the machine has none (the manifests' schema check, deploy/validate).

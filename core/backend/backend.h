@@ -1,6 +1,6 @@
 #pragma once
-// Backend: one device's allocator, streams and copies (the ggml split: allocation, stream,
-// capability query). The CPU backend is always present; the CUDA backend exists when built with
+// Backend: one device's allocator, streams and copies (the ggml split of allocation and stream;
+// kernels are not dispatched through it: an engine's steps go through core/model/step_runner.h). The CPU backend is always present; the CUDA backend exists when built with
 // ESTUARY_CUDA and a GPU is visible. Obtain backends from the registry (GetBackend); the registry
 // owns them for the life of the process and they are thread-safe.
 
@@ -15,18 +15,6 @@
 #include "core/backend/device.h"
 
 namespace estuary {
-
-// Kernels a backend may or may not implement (capability query, ggml's supports_op).
-enum class OpKind : uint8_t {
-  kGemm,
-  kGemv,
-  kRmsNorm,
-  kRope,
-  kSwiGlu,
-  kSoftmax,
-  kAttention,
-  kEmbedding,
-};
 
 // An ordered queue of work on a device. The CPU stream runs everything synchronously.
 class Stream {
@@ -51,8 +39,6 @@ class Backend {
   // Copies `bytes` from `src` to `dst` (host or this device's memory) in stream order.
   [[nodiscard]] virtual absl::Status Copy(const Buffer& src, size_t src_offset, Buffer& dst,
                                           size_t dst_offset, size_t bytes, Stream& stream) = 0;
-  // Whether this backend has a kernel for `op` (UNIMPLEMENTED is what callers get otherwise).
-  virtual bool Supports(OpKind op) const = 0;
 };
 
 // Checks that [offset, offset + bytes) lies inside `buffer`; OUT_OF_RANGE otherwise.

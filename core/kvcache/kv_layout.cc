@@ -4,11 +4,12 @@
 #include "core/common/range_check.h"
 
 namespace estuary {
-KvLayout KvLayout::FromConfig(const LlamaConfig& config, int block_size, int tp_size) {
+KvLayout KvLayout::FromShape(int n_layers, int n_kv_heads, int head_dim, int block_size,
+                            int tp_size) {
   KvLayout layout;
-  layout.n_layers = config.n_layers;
-  layout.n_kv_heads = tp_size > 0 ? config.n_kv_heads / tp_size : 0;
-  layout.head_dim = config.head_dim;
+  layout.n_layers = n_layers;
+  layout.n_kv_heads = tp_size > 0 ? n_kv_heads / tp_size : 0;
+  layout.head_dim = head_dim;
   layout.block_size = block_size;
   return layout;
 }

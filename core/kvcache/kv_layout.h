@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "core/model/llama_config.h"
 
 namespace estuary {
 
@@ -22,7 +21,14 @@ struct KvLayout {
   // The layout of one TP rank's share of a model (tp_size 1: the whole model): n_kv_heads /
   // tp_size heads. Does not validate; Validate() or KvPool::Create do (the caller checked that
   // tp_size divides n_kv_heads, see CheckTensorParallelSize).
-  static KvLayout FromConfig(const LlamaConfig& config, int block_size, int tp_size = 1);
+  static KvLayout FromShape(int n_layers, int n_kv_heads, int head_dim, int block_size,
+                            int tp_size = 1);
+  // FromShape of any config with n_layers, n_kv_heads and head_dim (LlamaConfig): a template so
+  // that the KV cache depends on those three numbers, not on core/model.
+  template <typename Config>
+  static KvLayout FromConfig(const Config& config, int block_size, int tp_size = 1) {
+    return FromShape(config.n_layers, config.n_kv_heads, config.head_dim, block_size, tp_size);
+  }
 
   // Bounds every field so that the products below cannot overflow. Errors name the field.
   absl::Status Validate() const;

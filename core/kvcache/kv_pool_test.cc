@@ -40,11 +40,11 @@ TEST(KvLayoutTest, ValidateBoundsEveryField) {
 }
 
 TEST(KvLayoutTest, FromConfigAndSizes) {
-  LlamaConfig config;
-  config.n_layers = 16;
-  config.n_heads = 32;
-  config.n_kv_heads = 8;
-  config.head_dim = 64;
+  struct {  // the fields FromConfig reads (LlamaConfig has them)
+    int n_layers = 16;
+    int n_kv_heads = 8;
+    int head_dim = 64;
+  } config;
   const KvLayout layout = KvLayout::FromConfig(config, 16);
   EXPECT_EQ(layout.n_layers, 16);
   EXPECT_EQ(layout.n_kv_heads, 8);

@@ -4,6 +4,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
+#include "core/kvcache/kv_layout.h"
+#include "core/model/sharded_step_runner.h"
 
 namespace estuary {
 
@@ -51,7 +54,7 @@ absl::StatusOr<int64_t> KvBytesForUtilization(double utilization, int64_t free_b
   return kv;
 }
 
-absl::StatusOr<std::unique_ptr<DeviceStep>> CreateDeviceStepFor(const ShardedModel& model,
+absl::StatusOr<std::unique_ptr<StepRunner>> CreateDeviceStepFor(const ShardedModel& model,
                                                                 const DeviceStepOptions& options,
                                                                 std::string_view engine) {
   if (model.tp_size() != 1) {
@@ -61,6 +64,19 @@ absl::StatusOr<std::unique_ptr<DeviceStep>> CreateDeviceStepFor(const ShardedMod
                      " engine yet; use TP 1 with a CUDA device"));
   }
   return CreateCudaDeviceStep(model.shard(0), model.river(0), options);
+}
+
+absl::StatusOr<std::unique_ptr<StepRunner>> CreateStepRunner(ShardedModel& model,
+                                                             const DeviceStepOptions& options,
+                                                             const KvRegionAllocator& allocator,
+                                                             std::string_view engine) {
+  if (options.device >= 0) return CreateDeviceStepFor(model, options, engine);
+  const int tp = model.tp_size();
+  ESTUARY_ASSIGN_OR_RETURN(
+      std::unique_ptr<KvPool> pool,
+      KvPool::Create(KvLayout::FromConfig(model.config(), options.block_size, tp),
+                     options.kv_cache_bytes, tp, allocator));
+  return MakeShardedStepRunner(model, options.policy, std::shared_ptr<KvPool>(std::move(pool)));
 }
 
 }  // namespace estuary

@@ -3,7 +3,7 @@
 
 namespace estuary {
 
-absl::StatusOr<std::unique_ptr<DeviceStep>> CreateCudaDeviceStep(const LlamaModel&, const River*,
+absl::StatusOr<std::unique_ptr<StepRunner>> CreateCudaDeviceStep(const LlamaModel&, const River*,
                                                                  const DeviceStepOptions&) {
   return absl::UnimplementedError(
       "this binary was built without CUDA: rebuild with -DESTUARY_CUDA=ON to decode on a GPU");

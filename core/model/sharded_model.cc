@@ -122,7 +122,9 @@ absl::Status ShardedModel::Forward(absl::Span<const BatchEntry> entries, const K
     ForwardOptions forward;
     forward.river = options.use_river ? rivers_[static_cast<size_t>(rank)] : nullptr;
     forward.policy = options.policy;
-    forward.matmul = {options.matmul_path, pools_[static_cast<size_t>(rank)].get()};
+    forward.matmul = {options.chunk_invariant ? kernels::cpu::MatMulPath::kBatchInvariant
+                                              : kernels::cpu::MatMulPath::kFastest,
+                      pools_[static_cast<size_t>(rank)].get()};
     forward.comm = group_ != nullptr ? &group_->rank(rank) : nullptr;
     forward.collective_timeout = collective_timeout_;
     if (options.on_layer_done) {

@@ -59,7 +59,9 @@ struct ShardedModelOptions {
 struct ShardedForwardOptions {
   bool use_river = false;  // run the exit river under `policy` (BuildRiver first)
   ExitPolicy policy;
-  kernels::cpu::MatMulPath matmul_path = kernels::cpu::MatMulPath::kFastest;
+  // Results independent of how rows are chunked and batched: the batch-invariant matmul
+  // (MatMulPath::kBatchInvariant) instead of the fastest one. Mapped in Forward().
+  bool chunk_invariant = false;
   // Called on rank `rank`'s thread once layer `layer` of the step has written its KV there.
   std::function<void(int rank, int layer)> on_layer_done;
 };

@@ -115,7 +115,7 @@ TEST_P(TensorParallelGoldenTest, SizeTwoMatchesSizeOneWithTheRiverOn) {
   ASSERT_TRUE(tp2->BuildRiver(Int4QuantOptions()).ok());
   ShardedForwardOptions forward;
   forward.use_river = true;
-  forward.matmul_path = kernels::cpu::MatMulPath::kBatchInvariant;
+  forward.chunk_invariant = true;
   forward.policy.default_threshold = 0.8f;
   int exits = 0, steps = 0;
   for (const GoldenCase& c : cases) {
@@ -151,7 +151,7 @@ TEST_P(TensorParallelGoldenTest, TwoReductionBlocksMakeSizesOneAndTwoBitIdentica
     logits.emplace_back(static_cast<size_t>(c.vocab_size));
     EntryOutcome outcome;
     ShardedForwardOptions forward;
-    forward.matmul_path = kernels::cpu::MatMulPath::kBatchInvariant;
+    forward.chunk_invariant = true;
     ASSERT_TRUE(model
                     ->Forward(absl::MakeConstSpan(&entry, 1),
                               [&](int rank, size_t) -> KvView* {

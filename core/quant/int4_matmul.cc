@@ -32,6 +32,7 @@
 #ifndef ESTUARY_CORE_QUANT_INT4_MATMUL_ONCE
 #define ESTUARY_CORE_QUANT_INT4_MATMUL_ONCE
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -40,6 +41,7 @@
 
 #include "core/common/worker_pool.h"
 #include "core/quant/int4_matmul.h"
+#include "core/quant/int4_matmul_vnni.h"
 #include "core/quant/int4_matrix.h"
 #include "hwy/aligned_allocator.h"
 
@@ -453,8 +455,18 @@ Prepared Prepare(const Int4Matrix& w, const float* x, int64_t n_tokens) {
   return p;
 }
 
+std::atomic<Int4Path> g_path{Int4Path::kAuto};
+
+bool UseVnni() {
+  const Int4Path path = g_path.load(std::memory_order_relaxed);
+  return path != Int4Path::kHighway && int4_vnni::Available();
+}
+
 }  // namespace
 }  // namespace int4_kernel
+
+void SetInt4MatMulPath(Int4Path path) { int4_kernel::g_path.store(path); }
+bool Int4VnniAvailable() { return int4_vnni::Available(); }
 
 void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y) {
   Int4MatMul(w, x, n_tokens, y, WorkerPool::Serial());
@@ -463,6 +475,7 @@ void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y)
 void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y,
                 WorkerPool& pool) {
   if (w.empty() || n_tokens <= 0) return;
+  if (int4_kernel::UseVnni()) return int4_vnni::MatMul(w, x, n_tokens, y, pool);
   const int4_kernel::Prepared p = int4_kernel::Prepare(w, x, n_tokens);
   pool.ParallelFor(w.n_tiles(), [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(int4_kernel::TilesImpl)(w, p, begin, end, y);
@@ -470,6 +483,7 @@ void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y,
 }
 
 const char* Int4MatMulTargetName() {
+  if (int4_kernel::UseVnni()) return "AVX512_VNNI";
   return HWY_DYNAMIC_DISPATCH(int4_kernel::TargetNameImpl)();
 }
 

@@ -8,6 +8,11 @@
 // n_tokens is. Highway runtime dispatch (AVX-512, AVX2, SSE4, SSSE3, scalar); nibbles are
 // unpacked in registers.
 //
+// Two paths (chosen at run time, see SetInt4MatMulPath): on CPUs with AVX512-VNNI the int8 path
+// of int4_matmul_vnni.h (activations to int8 per group, vpdpbusd; bound: error <= e/2 per
+// activation, e = max |x| over the group / 127, i.e. the formula below with 127 for 32767);
+// elsewhere the Highway path described here.
+//
 // Numerics (int4_matmul.cc): each token's x is rounded once per call to int16 per weight group,
 // with step e = max |x| over the group / 32767, i.e. 16-bit activations as in W4A16. Within a
 // group the products are summed exactly in int32; groups, offsets and tokens accumulate in f32.
@@ -37,7 +42,15 @@ namespace estuary {
 void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y);
 void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y, WorkerPool& pool);
 
-// Name of the SIMD target Int4MatMul dispatches to on this machine ("AVX3", "AVX2", ...).
+// Name of the path Int4MatMul runs on this machine: "AVX512_VNNI" (int4_matmul_vnni.h: int8
+// activations, error per activation <= e/2 with e = max|x| over the group / 127) or the Highway
+// target ("AVX3", "AVX2", ...: int16 activations as above).
 const char* Int4MatMulTargetName();
+
+// Which path Int4MatMul takes: kAuto = VNNI where the CPU has avx512vnni, else Highway. For
+// tests and benchmarks (process-wide; set it before concurrent calls, not during them).
+enum class Int4Path { kAuto, kHighway, kVnni };
+void SetInt4MatMulPath(Int4Path path);
+bool Int4VnniAvailable();
 
 }  // namespace estuary

@@ -26,9 +26,11 @@ using quant_test::RandomWeights;
 // Relative tolerance against Σ_i |x_i · ŵ_i| for f32 accumulation over up to 8192 terms.
 constexpr double kTolerance = 2e-5;
 
-// The kernel rounds x to int16 per (token, group): x_i = x16_i · e_g + δ_i with |δ_i| <= e_g / 2,
-// e_g = max_{i∈g} |x_i| / 32767. The extra error is at most Σ_g |s_g| e_g / 2 · Σ_{i∈g} q_i.
+// The Highway path rounds x to int16 per (token, group): x_i = x16_i · e_g + δ_i with
+// |δ_i| <= e_g / 2, e_g = max_{i∈g} |x_i| / 32767; the VNNI path to int8 (e_g = max / 127). The
+// extra error is at most Σ_g |s_g| e_g / 2 · Σ_{i∈g} q_i.
 double Int16Bound(const Int4Matrix& w, const float* x, int64_t row) {
+  const double levels = std::string(Int4MatMulTargetName()) == "AVX512_VNNI" ? 127.0 : 32767.0;
   double bound = 0;
   for (int64_t g = 0; g < w.n_groups(); ++g) {
     double max_abs = 0, codes = 0;
@@ -36,7 +38,7 @@ double Int16Bound(const Int4Matrix& w, const float* x, int64_t row) {
       max_abs = std::max(max_abs, std::fabs(static_cast<double>(x[c])));
       codes += w.Code(row, c);
     }
-    bound += std::fabs(w.Scale(row, g)) * max_abs / 32767.0 / 2.0 * codes;
+    bound += std::fabs(w.Scale(row, g)) * max_abs / levels / 2.0 * codes;
   }
   return bound;
 }
@@ -161,6 +163,7 @@ TEST(Int4MatMulGroupTest, EverySupportedTarget) {
   }
   const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   EXPECT_FALSE(targets.empty());
+  SetInt4MatMulPath(Int4Path::kHighway);  // the Highway targets; the VNNI path is checked below
   for (int64_t target : targets) {
     hwy::SetSupportedTargetsForTest(target);
     const std::string name = Int4MatMulTargetName();
@@ -175,6 +178,32 @@ TEST(Int4MatMulGroupTest, EverySupportedTarget) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
+  SetInt4MatMulPath(Int4Path::kAuto);
+  if (!Int4VnniAvailable()) {
+    std::printf("no AVX512-VNNI here: VNNI path not checked\n");
+    return;
+  }
+  EXPECT_EQ(std::string(Int4MatMulTargetName()), "AVX512_VNNI");
+  for (const Int4Matrix& w : matrices) {
+    for (int64_t n : {1, 2, 5, 9}) {
+      CheckAgainstReference(w, n, static_cast<uint32_t>(n),
+                            absl::StrCat("VNNI ", w.rows(), "x", w.cols(), " g", w.group_size(),
+                                         " n ", n));
+    }
+  }
+}
+
+// Every group size through the Highway path too (the default path is VNNI where available).
+TEST(Int4MatMulGroupTest, HighwayPathEveryGroupSize) {
+  SetInt4MatMulPath(Int4Path::kHighway);
+  for (int g : {32, 64, 128, 256, 512, 1024}) {
+    Int4QuantOptions o;
+    o.group_size = g;
+    auto w = Int4Matrix::Quantize(RandomWeights(11, 2200, static_cast<uint32_t>(g)), o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    for (int64_t n : {1, 6}) CheckAgainstReference(*w, n, 7, absl::StrCat("highway g", g));
+  }
+  SetInt4MatMulPath(Int4Path::kAuto);
 }
 
 // Many short calls with changing thread counts: the pool must neither lose a wake-up nor run a

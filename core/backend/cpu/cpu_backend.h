@@ -13,7 +13,6 @@ class CpuBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override;
   absl::Status Copy(const Buffer& src, size_t src_offset, Buffer& dst, size_t dst_offset,
                     size_t bytes, Stream& stream) override;
-  bool Supports(OpKind op) const override { return true; }
 };
 
 }  // namespace estuary

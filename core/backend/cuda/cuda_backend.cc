@@ -82,8 +82,6 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
-  bool Supports(OpKind op) const override { return false; }
-
  private:
   int ordinal_;
 };

@@ -1,7 +1,7 @@
 #pragma once
 // The CUDA backend (built with ESTUARY_CUDA): device memory, pinned host memory, streams and
-// copies through the CUDA runtime. Kernels land with the CUDA issue; until then Supports() is
-// false for every op and callers get UNIMPLEMENTED. Only registry.cc includes this header.
+// copies through the CUDA runtime (the kernels live in core/kernels/cuda). Only registry.cc
+// includes this header.
 
 #include "absl/status/statusor.h"
 #include "core/backend/backend.h"

@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "core/common/worker_pool.h"
-#include "core/model/llama_config.h"
+#include "core/tensor/rope_types.h"
 #include "core/tensor/tensor.h"
 
 namespace estuary::kernels::cpu {

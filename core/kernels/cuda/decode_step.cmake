@@ -10,7 +10,7 @@ target_link_libraries(estuary_kernels_cuda_decode_step
   PUBLIC
     estuary::kernels_cuda_matmul       # Int4GpuView, the masked int4 product
     estuary::kernels_cuda_elementwise  # PageShape
-    estuary::model_config              # RopeStyle
+    estuary::dtype                     # RopeStyle (core/tensor/rope_types.h)
     estuary::tensor
     CUDA::cudart
     absl::status

@@ -29,7 +29,7 @@
 #include "absl/types/span.h"
 #include "core/kernels/cuda/elementwise_types.h"
 #include "core/kernels/cuda/int4_matmul_kernel.h"
-#include "core/model/llama_config.h"
+#include "core/tensor/rope_types.h"
 #include "core/tensor/dtype.h"
 
 namespace estuary::cuda {

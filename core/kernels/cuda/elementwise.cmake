@@ -6,12 +6,12 @@ add_library(estuary_kernels_cuda_elementwise STATIC elementwise.cc elementwise.c
 add_library(estuary::kernels_cuda_elementwise ALIAS estuary_kernels_cuda_elementwise)
 target_include_directories(estuary_kernels_cuda_elementwise PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(estuary_kernels_cuda_elementwise
-  PUBLIC CUDA::cudart estuary::tensor estuary::model_config absl::status absl::span
+  PUBLIC CUDA::cudart estuary::tensor estuary::dtype absl::status absl::span
   PRIVATE absl::strings)
 estuary_apply_flags(estuary_kernels_cuda_elementwise)
 
 # Compared against the CPU kernels and sampler; skips without a device.
 estuary_cc_test(NAME cuda_elementwise_test SRCS elementwise_test.cc
   DEPS estuary::kernels_cuda_elementwise estuary::kernels_cpu estuary::sampling estuary::tensor
-       estuary::model_config estuary::testing_data
+       estuary::testing_data
   LABELS gpu)

@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "core/kernels/cuda/elementwise_types.h"
-#include "core/model/llama_config.h"
+#include "core/tensor/rope_types.h"
 #include "core/tensor/dtype.h"
 
 namespace estuary::cuda {

@@ -17,7 +17,7 @@
 namespace estuary {
 namespace {
 
-class CudaDeviceStep final : public DeviceStep {
+class CudaDeviceStep final : public StepRunner {
  public:
   static absl::StatusOr<std::unique_ptr<CudaDeviceStep>> Create(const LlamaModel& model,
                                                                 const River* river,
@@ -30,6 +30,8 @@ class CudaDeviceStep final : public DeviceStep {
     ESTUARY_RETURN_IF_ERROR(cuda::CudaStatus(cudaSetDevice(options.device), "cudaSetDevice"));
     auto step = std::unique_ptr<CudaDeviceStep>(new CudaDeviceStep());
     step->device_ = options.device;
+    step->config_ = model.config();
+    step->has_river_ = river != nullptr;
     ESTUARY_ASSIGN_OR_RETURN(step->model_, cuda::DeviceModel::Create(model, river));
     int64_t kv_cache_bytes = options.kv_cache_bytes;
     if (options.gpu_memory_utilization > 0) {
@@ -68,17 +70,25 @@ class CudaDeviceStep final : public DeviceStep {
 
   ~CudaDeviceStep() override { cudaSetDevice(device_); }
 
+  const LlamaConfig& config() const override { return config_; }
+  int tp_size() const override { return 1; }
+  bool has_river() const override { return has_river_; }
+  bool argmax_in_outcome() const override { return true; }
   std::shared_ptr<KvPool> pool() override { return pool_; }
 
-  absl::Status Forward(absl::Span<const BatchEntry> entries,
-                       absl::Span<const SequenceKv* const> kvs, bool with_policy,
-                       absl::Span<float> logits, absl::Span<EntryOutcome> outcomes,
-                       const std::function<void(int layer)>& on_layer_done) override {
+  absl::Status Forward(absl::Span<const BatchEntry> entries, absl::Span<SequenceKv* const> kvs,
+                       const StepOptions& options, absl::Span<float> logits,
+                       absl::Span<EntryOutcome> outcomes) override {
     if (kvs.size() != entries.size() || outcomes.size() != entries.size()) {
       return absl::InvalidArgumentError("one sequence and one outcome per entry");
     }
     ESTUARY_RETURN_IF_ERROR(cuda::CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
-    cuda::DeviceDecoder& decoder = with_policy ? *with_policy_ : *no_exit_;
+    // use_river needs nothing here: the device model carries the river it was built with.
+    cuda::DeviceDecoder& decoder = options.exit_policy ? *with_policy_ : *no_exit_;
+    std::function<void(int layer)> on_layer_done;
+    if (options.on_layer_done) {
+      on_layer_done = [&options](int layer) { options.on_layer_done(0, layer); };
+    }
     const size_t max_rows = static_cast<size_t>(decoder.max_rows());
     // Rows of all entries in order, cut into device steps of at most max_rows rows; an entry
     // longer than that spans several steps (its KV is written before the next one reads it).
@@ -139,6 +149,8 @@ class CudaDeviceStep final : public DeviceStep {
 
   int device_ = 0;
   size_t vocab_ = 0;
+  LlamaConfig config_;
+  bool has_river_ = false;
   std::unique_ptr<cuda::DeviceModel> model_;
   // Shared by both decoders and by the engine's consumers. Its regions are freed when the last
   // holder lets go; the decoders only borrow it and go first.
@@ -149,7 +161,7 @@ class CudaDeviceStep final : public DeviceStep {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceStep>> CreateCudaDeviceStep(const LlamaModel& model,
+absl::StatusOr<std::unique_ptr<StepRunner>> CreateCudaDeviceStep(const LlamaModel& model,
                                                                  const River* river,
                                                                  const DeviceStepOptions& options) {
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<CudaDeviceStep> step,

@@ -1,0 +1,333 @@
+// Int4MatMul's AVX512-VNNI path (see int4_matmul_vnni.h for the numerics and the layout).
+//
+// Arithmetic, per row r, group g and token t (as in the Highway path, int4_matmul.cc):
+//   y_rt = Σ_g s_rg e_tg Σ_{i∈g} q_ri x8_ti + Σ_g m_rg X_tg,   X_tg = Σ_{i∈g} x_ti (f32).
+// Block b of a row is 32 u16 words; word j holds columns 32k + j in bits [4k, 4k+4). As bytes,
+// byte 2j holds columns j (low nibble) and 32 + j (high), byte 2j+1 columns 64 + j and 96 + j.
+// So AND 0x0F gives the 64 codes of columns {0..31, 64..95} ("lo"), shift-by-4 + AND those of
+// {32..63, 96..127} ("hi"); a vpshufb per 16-byte lane then moves columns < 64 into int32 lanes
+// 0-1 and columns >= 64 into lanes 2-3 of each 128-bit lane, so every int32 lane's 4 products
+// belong to one group for every group size >= 32. The activations are permuted the same way.
+// At a group end the int32 sums are converted and folded into f32 with one FMA by a vector of
+// s_rg · e_tg (two groups blended with mask 0xCCCC at g32/g64).
+//
+// Kernels: kR rows × kT tokens of accumulators; the weights of a block are unpacked once per kR
+// rows and serve kT tokens (gemv: 4 rows × 1 token; batches: 2 rows × up to 4 tokens, the tile's
+// chunk re-read from L1 per token chunk). Every (row, token) runs the same operations in the
+// same order whatever kT is, so results are bitwise independent of the batch.
+
+#include "core/quant/int4_matmul_vnni.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "hwy/aligned_allocator.h"
+
+#define ESTUARY_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+namespace estuary::int4_vnni {
+namespace {
+
+constexpr int64_t kTileRows = Int4Matrix::kTileRows;
+constexpr int64_t kBlockCols = Int4Matrix::kBlockCols;
+constexpr int kMaxChunkTokens = 4;
+constexpr int64_t kParamStride = Int4Matrix::kPanelCols / 32;  // most groups in a panel
+
+struct Prepared {
+  int64_t n_tokens = 0;
+  int64_t padded_groups = 0;  // token stride of xstep / xsum
+  const int8_t* x8 = nullptr;  // [n_blocks][n_tokens][128], permuted (PermutedIndex)
+  const float* xstep = nullptr;
+  const float* xsum = nullptr;
+};
+
+inline void* Scratch(int slot, size_t bytes) {
+  thread_local hwy::AlignedFreeUniquePtr<uint8_t[]> buffers[2];
+  thread_local size_t capacity[2] = {0, 0};
+  if (bytes > capacity[slot]) {
+    buffers[slot] = hwy::AllocateAligned<uint8_t>(bytes);
+    capacity[slot] = bytes;
+  }
+  return buffers[slot].get();
+}
+
+// Byte position of column c (0..127) of a block in the kernel's order: [lo 64 bytes][hi 64].
+constexpr int64_t PermutedIndex(int64_t c) {
+  const int64_t half = c / 64, within = c % 64;
+  const int64_t v = within / 32, jj = within % 32;
+  return v * 64 + 16 * (jj / 8) + jj % 8 + 8 * half;
+}
+
+ESTUARY_VNNI_TARGET void PrepareToken(const float* x, int64_t cols, int64_t group,
+                                      int64_t padded_cols, int64_t padded_groups, int8_t* x8,
+                                      int64_t block_stride, float* xstep, float* xsum,
+                                      int8_t* natural) {
+  for (int64_t g = 0; g < padded_groups; ++g) {
+    const int64_t begin = g * group, end = std::min(cols, begin + group);
+    if (begin >= cols) {
+      xstep[g] = 0.0f;
+      xsum[g] = 0.0f;
+      continue;
+    }
+    __m512 s = _mm512_setzero_ps(), m = _mm512_setzero_ps();
+    int64_t i = begin;
+    for (; i + 16 <= end; i += 16) {
+      const __m512 v = _mm512_loadu_ps(x + i);
+      s = _mm512_add_ps(s, v);
+      m = _mm512_max_ps(m, _mm512_abs_ps(v));
+    }
+    float ss = _mm512_reduce_add_ps(s), mm = _mm512_reduce_max_ps(m);
+    for (int64_t j = i; j < end; ++j) {
+      ss += x[j];
+      mm = std::max(mm, std::fabs(x[j]));
+    }
+    xsum[g] = ss;
+    xstep[g] = mm / 127.0f;
+    const float inv = mm > 0.0f ? 127.0f / mm : 0.0f;
+    const __m512 vinv = _mm512_set1_ps(inv);
+    for (i = begin; i + 16 <= end; i += 16) {
+      const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(natural + i), _mm512_cvtsepi32_epi8(q));
+    }
+    for (; i < end; ++i) {
+      const float v = std::min(127.0f, std::max(-127.0f, std::nearbyint(x[i] * inv)));
+      natural[i] = static_cast<int8_t>(v);
+    }
+  }
+  for (int64_t i = cols; i < padded_cols; ++i) natural[i] = 0;
+  for (int64_t b = 0; b * kBlockCols < padded_cols; ++b) {
+    int8_t* dst = x8 + b * block_stride;
+    const int8_t* src = natural + b * kBlockCols;
+    for (int64_t c = 0; c < kBlockCols; c += 8) std::memcpy(dst + PermutedIndex(c), src + c, 8);
+  }
+}
+
+struct KernelArgs {
+  const float* scales;   // s_rg · e_tg at scales[(t * kTileRows + r) * kParamStride + g]
+  const float* offsets;  // m_rg at offsets[r * kParamStride + g]
+  int64_t n_groups16;
+  const int8_t* x8;      // block b, token t at x8 + b * x8_block_stride + t * 128
+  int64_t x8_block_stride;
+  const float* xsum;     // token t at xsum + t * x_stride
+  int64_t x_stride;
+  int64_t n_blocks;
+  int64_t blocks_per_group;  // kMode == 2
+};
+
+ESTUARY_VNNI_TARGET inline __m512 Blend(const float* s, int64_t g_low, int64_t g_high) {
+  return _mm512_mask_mov_ps(_mm512_set1_ps(s[g_low]), 0xCCCC, _mm512_set1_ps(s[g_high]));
+}
+
+// kMode: 0 = g32 (lo/hi sums apart, 4 groups a block), 1 = g64 (2 groups a block), 2 = groups
+// of >= 128 columns spanning blocks_per_group blocks.
+template <int kR, int kT, int kMode>
+ESTUARY_VNNI_TARGET __attribute__((noinline)) void Rows(const uint8_t* words,
+                                                         const KernelArgs& a, float* dots) {
+  constexpr int kN = kR * kT;
+  constexpr int kSums = kMode == 0 ? 2 : 1;
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  const __m512i pattern = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  __m512i isum[kSums][kN];
+  __m512 acc[kN];
+  for (int i = 0; i < kN; ++i) {
+    for (int s = 0; s < kSums; ++s) isum[s][i] = _mm512_setzero_si512();
+    acc[i] = _mm512_setzero_ps();
+  }
+  for (int64_t blk = 0; blk < a.n_blocks; ++blk) {
+    const int8_t* xb = a.x8 + blk * a.x8_block_stride;
+    const uint8_t* wb = words + blk * kTileRows * Int4Matrix::kBlockBytes;
+    __m512i lo[kR], hi[kR];
+    for (int r = 0; r < kR; ++r) {
+      const __m512i w = _mm512_load_si512(wb + r * Int4Matrix::kBlockBytes);
+      lo[r] = _mm512_shuffle_epi8(_mm512_and_si512(w, mask), pattern);
+      hi[r] = _mm512_shuffle_epi8(_mm512_and_si512(_mm512_srli_epi16(w, 4), mask), pattern);
+    }
+    for (int t = 0; t < kT; ++t) {
+      const __m512i xlo = _mm512_load_si512(xb + t * kBlockCols);
+      const __m512i xhi = _mm512_load_si512(xb + t * kBlockCols + 64);
+      for (int r = 0; r < kR; ++r) {
+        const int i = r * kT + t;
+        isum[0][i] = _mm512_dpbusd_epi32(isum[0][i], lo[r], xlo);
+        isum[kSums - 1][i] = _mm512_dpbusd_epi32(isum[kSums - 1][i], hi[r], xhi);
+      }
+    }
+    const bool flush = kMode < 2 || (blk + 1) % a.blocks_per_group == 0 || blk + 1 == a.n_blocks;
+    if (flush) {
+      for (int r = 0; r < kR; ++r) {
+        for (int t = 0; t < kT; ++t) {
+          const int i = r * kT + t;
+          const float* s = a.scales + (t * kTileRows + r) * kParamStride;
+          if constexpr (kMode == 0) {
+            const int64_t g = 4 * blk;
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[0][i]), Blend(s, g, g + 2), acc[i]);
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[1][i]), Blend(s, g + 1, g + 3),
+                                     acc[i]);
+          } else if constexpr (kMode == 1) {
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[0][i]),
+                                     Blend(s, 2 * blk, 2 * blk + 1), acc[i]);
+          } else {
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[0][i]),
+                                     _mm512_set1_ps(s[blk / a.blocks_per_group]), acc[i]);
+          }
+          for (int s2 = 0; s2 < kSums; ++s2) isum[s2][i] = _mm512_setzero_si512();
+        }
+      }
+    }
+  }
+  for (int r = 0; r < kR; ++r) {
+    const float* off = a.offsets + r * kParamStride;
+    for (int t = 0; t < kT; ++t) {
+      __m512 total = acc[r * kT + t];
+      const float* xsum = a.xsum + t * a.x_stride;
+      for (int64_t g = 0; g < a.n_groups16; g += 16) {
+        total = _mm512_fmadd_ps(_mm512_load_ps(off + g), _mm512_loadu_ps(xsum + g), total);
+      }
+      dots[r * kT + t] = _mm512_reduce_add_ps(total);
+    }
+  }
+}
+
+using RowsFn = void (*)(const uint8_t*, const KernelArgs&, float*);
+
+template <int kR, int kT>
+RowsFn PickRows(int64_t group) {
+  if (group == 32) return &Rows<kR, kT, 0>;
+  if (group == 64) return &Rows<kR, kT, 1>;
+  return &Rows<kR, kT, 2>;
+}
+
+// f16 params of a chunk to f32 [8][kParamStride], zero from n_groups to n_groups16.
+ESTUARY_VNNI_TARGET void LoadChunkParams(const uint16_t* src, int64_t n_groups,
+                                         int64_t n_groups16, float* out) {
+  for (int64_t row = 0; row < 2 * kTileRows; ++row) {
+    const uint16_t* in = src + row * n_groups;
+    float* dst = out + row * kParamStride;
+    for (int64_t g = 0; g < n_groups16; g += 16) {
+      const int64_t n = std::clamp<int64_t>(n_groups - g, 0, 16);
+      const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
+      _mm512_store_ps(dst + g, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, in + g)));
+    }
+  }
+}
+
+ESTUARY_VNNI_TARGET void CombineScales(const float* scales, int64_t n_groups16,
+                                       const float* xstep, int64_t x_stride, int chunk,
+                                       float* out) {
+  for (int t = 0; t < chunk; ++t) {
+    for (int64_t r = 0; r < kTileRows; ++r) {
+      const float* s = scales + r * kParamStride;
+      float* o = out + (t * kTileRows + r) * kParamStride;
+      for (int64_t g = 0; g < n_groups16; g += 16) {
+        _mm512_store_ps(o + g, _mm512_mul_ps(_mm512_load_ps(s + g),
+                                             _mm512_loadu_ps(xstep + t * x_stride + g)));
+      }
+    }
+  }
+}
+
+void PanelTiles(const Int4Matrix& w, int pi, const Prepared& p, int64_t tile_begin,
+                int64_t tile_end, float* y) {
+  const Int4Matrix::Panel& pn = w.panel(pi);
+  const bool first = pi == 0;
+  const bool gemv = p.n_tokens == 1;
+  const int64_t rows = w.rows();
+  const int64_t n_groups16 = (pn.n_groups + 15) / 16 * 16;
+  const float mult = w.param_multiplier();
+  float* params = static_cast<float*>(
+      Scratch(0, static_cast<size_t>((2 + kMaxChunkTokens) * kTileRows * kParamStride) * 4));
+  float* combined = params + 2 * kTileRows * kParamStride;
+  const int row_step = gemv ? 4 : 2;
+  const int token_step = gemv ? 1 : kMaxChunkTokens;
+  RowsFn fns[kMaxChunkTokens + 1] = {nullptr};
+  if (gemv) {
+    fns[1] = PickRows<4, 1>(w.group_size());
+  } else {
+    fns[1] = PickRows<2, 1>(w.group_size());
+    fns[2] = PickRows<2, 2>(w.group_size());
+    fns[3] = PickRows<2, 3>(w.group_size());
+    fns[4] = PickRows<2, 4>(w.group_size());
+  }
+  KernelArgs a;
+  a.n_groups16 = n_groups16;
+  a.x8_block_stride = p.n_tokens * kBlockCols;
+  a.x_stride = p.padded_groups;
+  a.n_blocks = pn.n_blocks;
+  a.blocks_per_group = std::max<int64_t>(1, w.group_size() / kBlockCols);
+  float dots[kTileRows * kMaxChunkTokens];
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    LoadChunkParams(w.chunk_params(pi, tile), pn.n_groups, n_groups16, params);
+    const auto* nibbles = reinterpret_cast<const uint8_t*>(w.chunk_nibbles(pi, tile));
+    const int64_t row0 = tile * kTileRows;
+    const int64_t live = std::min<int64_t>(kTileRows, rows - row0);
+    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += token_step) {
+      const int chunk = static_cast<int>(std::min<int64_t>(token_step, p.n_tokens - t0));
+      CombineScales(params, n_groups16, p.xstep + t0 * p.padded_groups + pn.group0,
+                    p.padded_groups, chunk, combined);
+      a.x8 = p.x8 + (pn.col0 / kBlockCols) * a.x8_block_stride + t0 * kBlockCols;
+      a.xsum = p.xsum + t0 * p.padded_groups + pn.group0;
+      for (int64_t r0 = 0; r0 < live; r0 += row_step) {
+        a.scales = combined + r0 * kParamStride;
+        a.offsets = params + (kTileRows + r0) * kParamStride;
+        fns[chunk](nibbles + r0 * Int4Matrix::kBlockBytes, a, dots);
+        for (int64_t r = r0; r < std::min<int64_t>(live, r0 + row_step); ++r) {
+          for (int t = 0; t < chunk; ++t) {
+            float& out = y[(t0 + t) * rows + row0 + r];
+            const float value = mult * dots[(r - r0) * chunk + t];
+            out = first ? value : out + value;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Scratch slot 1 of the caller: [xsum][xstep][x8][natural].
+Prepared Prepare(const Int4Matrix& w, const float* x, int64_t n_tokens) {
+  Prepared p;
+  const int64_t cols = w.cols();
+  const int64_t padded_cols = w.n_blocks() * kBlockCols;
+  p.n_tokens = n_tokens;
+  p.padded_groups = (w.n_groups() + 15) / 16 * 16 + 16;
+  auto* base = static_cast<uint8_t*>(Scratch(
+      1, static_cast<size_t>(n_tokens * (8 * p.padded_groups + padded_cols) + padded_cols)));
+  float* xsum = reinterpret_cast<float*>(base);
+  float* xstep = xsum + n_tokens * p.padded_groups;
+  auto* x8 = reinterpret_cast<int8_t*>(xstep + n_tokens * p.padded_groups);
+  int8_t* natural = x8 + n_tokens * padded_cols;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    PrepareToken(x + t * cols, cols, w.group_size(), padded_cols, p.padded_groups,
+                 x8 + t * kBlockCols, n_tokens * kBlockCols, xstep + t * p.padded_groups,
+                 xsum + t * p.padded_groups, natural);
+  }
+  p.x8 = x8;
+  p.xstep = xstep;
+  p.xsum = xsum;
+  return p;
+}
+
+}  // namespace
+
+bool Available() {
+  static const bool available = __builtin_cpu_supports("avx512f") &&
+                                __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512vl") &&
+                                __builtin_cpu_supports("avx512vnni");
+  return available;
+}
+
+void MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y, WorkerPool& pool) {
+  if (w.empty() || n_tokens <= 0) return;
+  const Prepared p = Prepare(w, x, n_tokens);
+  pool.ParallelFor(w.n_tiles(), [&](int64_t begin, int64_t end) {
+    for (int pi = 0; pi < w.n_panels(); ++pi) PanelTiles(w, pi, p, begin, end, y);
+  });
+}
+
+}  // namespace estuary::int4_vnni

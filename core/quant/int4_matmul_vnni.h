@@ -1,0 +1,30 @@
+#pragma once
+// The AVX512-VNNI path of Int4MatMul (int4_matmul.cc chooses it at run time when the CPU has
+// avx512vnni + avx512bw; the Highway path stays for every other CPU and for tests).
+//
+// Numerics: each token's x is rounded once per call to int8 per weight group, with step
+// e_tg = max_{i∈g} |x_ti| / 127 (symmetric), so each activation is off by at most e_tg / 2 and y
+// by at most Σ_g |s_g| · e_g / 2 · Σ_{i∈g} q_i plus f32 rounding (int4_matmul_test checks it).
+// Codes (u8, 0..15) × int8 activations are summed exactly in int32 with vpdpbusd; groups,
+// offsets and tokens accumulate in f32 in an order that depends neither on n_tokens, the token
+// chunking nor the thread count, so a token's bits do not depend on its batch.
+//
+// Layout: the Int4Matrix nibbles are read as stored (no repack: same memory, and the CUDA upload
+// sees the layout it expects). One AND (or shift + AND) of a block row's 64 bytes gives 64 u8
+// codes; one in-lane byte shuffle (vpshufb) puts columns of the same 64-column half in the same
+// int32 lanes; the activations are permuted once per call into that order.
+
+#include <cstdint>
+
+#include "core/common/worker_pool.h"
+#include "core/quant/int4_matrix.h"
+
+namespace estuary::int4_vnni {
+
+// True when this CPU runs the VNNI path (avx512f, avx512bw, avx512vnni).
+bool Available();
+
+// y = W x for n_tokens tokens on `pool` (see Int4MatMul). Requires Available().
+void MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y, WorkerPool& pool);
+
+}  // namespace estuary::int4_vnni
