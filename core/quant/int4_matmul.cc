@@ -467,6 +467,7 @@ bool UseVnni() {
 
 void SetInt4MatMulPath(Int4Path path) { int4_kernel::g_path.store(path); }
 bool Int4VnniAvailable() { return int4_vnni::Available(); }
+bool Int4MatMulUsesVnni() { return int4_kernel::UseVnni(); }
 
 void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y) {
   Int4MatMul(w, x, n_tokens, y, WorkerPool::Serial());
@@ -475,7 +476,10 @@ void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y)
 void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y,
                 WorkerPool& pool) {
   if (w.empty() || n_tokens <= 0) return;
-  if (int4_kernel::UseVnni()) return int4_vnni::MatMul(w, x, n_tokens, y, pool);
+  // A kGroupLanes matrix is read by the VNNI kernel alone (it exists only where VNNI does).
+  if (w.layout() == Int4Layout::kGroupLanes || int4_kernel::UseVnni()) {
+    return int4_vnni::MatMul(w, x, n_tokens, y, pool);
+  }
   const int4_kernel::Prepared p = int4_kernel::Prepare(w, x, n_tokens);
   pool.ParallelFor(w.n_tiles(), [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(int4_kernel::TilesImpl)(w, p, begin, end, y);

@@ -52,5 +52,8 @@ const char* Int4MatMulTargetName();
 enum class Int4Path { kAuto, kHighway, kVnni };
 void SetInt4MatMulPath(Int4Path path);
 bool Int4VnniAvailable();
+// True when Int4MatMul takes the VNNI path for a kBlocks matrix now (the path setting and the
+// CPU); Int4Matrix::Quantize's Int4Layout::kAuto writes kGroupLanes only then.
+bool Int4MatMulUsesVnni();
 
 }  // namespace estuary

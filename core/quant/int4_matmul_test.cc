@@ -246,6 +246,70 @@ TEST(Int4MatMulGroupTest, NonFiniteActivationsPropagate) {
   }
 }
 
+// Int4Layout::kGroupLanes (the VNNI kernel's nibble order) holds exactly the codes, scales and
+// offsets of kBlocks, and its kernel meets the same reference bound, bitwise the same alone, in
+// a batch and on any thread count (CheckAgainstReference).
+TEST(Int4LayoutTest, GroupLanesHoldTheSameCodesAndMeetTheReference) {
+  if (!Int4VnniAvailable()) GTEST_SKIP() << "no AVX512-VNNI here: kGroupLanes is VNNI-only";
+  for (const auto& [rows, cols, g] :
+       {std::make_tuple(9, 2048, 64), std::make_tuple(5, 4096, 32), std::make_tuple(3, 5120, 64),
+        std::make_tuple(4, 8192, 128), std::make_tuple(2, 4096, 256)}) {
+    const std::string label = absl::StrCat(rows, "x", cols, " g", g);
+    const Tensor weight = RandomWeights(rows, cols, static_cast<uint32_t>(cols + g));
+    Int4QuantOptions o;
+    o.group_size = g;
+    o.layout = Int4Layout::kBlocks;
+    auto blocks = Int4Matrix::Quantize(weight, o);
+    o.layout = Int4Layout::kGroupLanes;
+    auto lanes = Int4Matrix::Quantize(weight, o);
+    ASSERT_TRUE(blocks.ok() && lanes.ok()) << label << blocks.status() << lanes.status();
+    EXPECT_EQ(blocks->layout(), Int4Layout::kBlocks);
+    ASSERT_EQ(lanes->layout(), Int4Layout::kGroupLanes);
+    EXPECT_EQ(lanes->bytes(), blocks->bytes()) << label;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        ASSERT_EQ(lanes->Code(r, c), blocks->Code(r, c)) << label << " r " << r << " c " << c;
+      }
+      for (int64_t gi = 0; gi < lanes->n_groups(); ++gi) {
+        ASSERT_EQ(lanes->Scale(r, gi), blocks->Scale(r, gi)) << label;
+        ASSERT_EQ(lanes->Offset(r, gi), blocks->Offset(r, gi)) << label;
+      }
+    }
+    for (int64_t n : {1, 2, 4, 5, 16}) {
+      CheckAgainstReference(*lanes, n, static_cast<uint32_t>(n + cols), absl::StrCat(label, " n ", n));
+    }
+  }
+}
+
+TEST(Int4LayoutTest, WhichShapesFitAndWhoChooses) {
+  EXPECT_TRUE(Int4Matrix::GroupLanesFit(2048, 64));
+  EXPECT_TRUE(Int4Matrix::GroupLanesFit(8192, 64));
+  EXPECT_TRUE(Int4Matrix::GroupLanesFit(5120, 64));   // 4096 + 1024: 64 and 16 groups
+  EXPECT_FALSE(Int4Matrix::GroupLanesFit(172, 64));   // a short last group
+  EXPECT_FALSE(Int4Matrix::GroupLanesFit(4100, 64));  // 4 columns past the first panel
+  EXPECT_FALSE(Int4Matrix::GroupLanesFit(128, 64));   // 2 groups: no whole superblock
+  EXPECT_FALSE(Int4Matrix::GroupLanesFit(4096, 512)); // 8 groups a panel
+  Int4QuantOptions o;
+  o.layout = Int4Layout::kGroupLanes;
+  auto unfit = Int4Matrix::Quantize(RandomWeights(4, 172, 1), o);
+  if (Int4VnniAvailable()) {
+    EXPECT_EQ(unfit.status().code(), absl::StatusCode::kInvalidArgument) << unfit.status();
+  } else {
+    EXPECT_EQ(unfit.status().code(), absl::StatusCode::kFailedPrecondition) << unfit.status();
+  }
+  // kAuto: group lanes only where Int4MatMul would run the VNNI kernel on the matrix anyway.
+  o.layout = Int4Layout::kAuto;
+  auto automatic = Int4Matrix::Quantize(RandomWeights(4, 2048, 2), o);
+  ASSERT_TRUE(automatic.ok());
+  EXPECT_EQ(automatic->layout(),
+            Int4MatMulUsesVnni() ? Int4Layout::kGroupLanes : Int4Layout::kBlocks);
+  SetInt4MatMulPath(Int4Path::kHighway);
+  auto highway = Int4Matrix::Quantize(RandomWeights(4, 2048, 2), o);
+  SetInt4MatMulPath(Int4Path::kAuto);
+  ASSERT_TRUE(highway.ok());
+  EXPECT_EQ(highway->layout(), Int4Layout::kBlocks);
+}
+
 TEST(Int4MatMulGroupTest, TargetName) {
   const std::string name = Int4MatMulTargetName();
   EXPECT_FALSE(name.empty());

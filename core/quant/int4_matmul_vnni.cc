@@ -12,8 +12,9 @@
 // s_rg · e_tg (two groups blended with mask 0xCCCC at g32/g64).
 //
 // Kernels: kR rows × kT tokens of accumulators; the weights of a block are unpacked once per kR
-// rows and serve kT tokens (gemv: 4 rows × 1 token; batches: 2 rows × up to 4 tokens, the tile's
-// chunk re-read from L1 per token chunk). Every (row, token) runs the same operations in the
+// rows and serve kT tokens (gemv: 4 rows × 1 token; batches: kBlocks 2 rows × up to 4 tokens,
+// kGroupLanes 4 rows × 2 tokens; the tile's chunk re-read from L1 per token chunk). The
+// kGroupLanes kernel is LaneRows (below Rows). Every (row, token) runs the same operations in the
 // same order whatever kT is, so results are bitwise independent of the batch.
 
 #include "core/quant/int4_matmul_vnni.h"
@@ -64,10 +65,12 @@ constexpr int64_t PermutedIndex(int64_t c) {
   return v * 64 + 16 * (jj / 8) + jj % 8 + 8 * half;
 }
 
+// x8 in the order of the matrix's layout: PermutedIndex per block for kBlocks, lanes per
+// group for kGroupLanes (`group_lanes`).
 ESTUARY_VNNI_TARGET void PrepareToken(const float* x, int64_t cols, int64_t group,
                                       int64_t padded_cols, int64_t padded_groups, int8_t* x8,
                                       int64_t block_stride, float* xstep, float* xsum,
-                                      int8_t* natural) {
+                                      int8_t* natural, bool group_lanes) {
   for (int64_t g = 0; g < padded_groups; ++g) {
     const int64_t begin = g * group, end = std::min(cols, begin + group);
     if (begin >= cols) {
@@ -101,6 +104,25 @@ ESTUARY_VNNI_TARGET void PrepareToken(const float* x, int64_t cols, int64_t grou
     }
   }
   for (int64_t i = cols; i < padded_cols; ++i) natural[i] = 0;
+  if (group_lanes) {
+    // Block b = (superblock, step k) of a panel; per group, columns 8k..8k+3 go to lane L of the
+    // block's first 64 bytes, 8k+4..8k+7 to lane L of the second (int4_matrix.h).
+    const int64_t steps = group / 8;
+    for (int64_t col0 = 0; col0 < padded_cols; col0 += Int4Matrix::kPanelCols) {
+      const int64_t block0 = col0 / kBlockCols;
+      const int64_t panel_groups =
+          std::min<int64_t>(Int4Matrix::kPanelCols, padded_cols - col0) / group;
+      for (int64_t g = 0; g < panel_groups; ++g) {
+        const int8_t* src = natural + col0 + g * group;
+        for (int64_t k = 0; k < steps; ++k) {
+          int8_t* dst = x8 + (block0 + (g / 16) * steps + k) * block_stride + 4 * (g % 16);
+          std::memcpy(dst, src + 8 * k, 4);
+          std::memcpy(dst + 64, src + 8 * k + 4, 4);
+        }
+      }
+    }
+    return;
+  }
   for (int64_t b = 0; b * kBlockCols < padded_cols; ++b) {
     int8_t* dst = x8 + b * block_stride;
     const int8_t* src = natural + b * kBlockCols;
@@ -118,6 +140,7 @@ struct KernelArgs {
   int64_t x_stride;
   int64_t n_blocks;
   int64_t blocks_per_group;  // kMode == 2
+  int64_t blocks_per_superblock;  // kGroupLanes: G / 8 blocks per 16 groups
 };
 
 ESTUARY_VNNI_TARGET inline __m512 Blend(const float* s, int64_t g_low, int64_t g_high) {
@@ -194,12 +217,62 @@ ESTUARY_VNNI_TARGET __attribute__((noinline)) void Rows(const uint8_t* words,
   }
 }
 
+// The kGroupLanes kernel: each int32 lane of isum is one group's exact Σ q x8 over the
+// superblock's G / 8 blocks, so the scales apply once per 16 groups (one convert and one FMA by
+// s_rg · e_tg, one FMA of m_rg · X_tg), against once per block and row-token pair above.
+template <int kR, int kT>
+ESTUARY_VNNI_TARGET __attribute__((noinline)) void LaneRows(const uint8_t* words,
+                                                             const KernelArgs& a, float* dots) {
+  constexpr int kN = kR * kT;
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  __m512i isum[kN];
+  __m512 acc[kN];
+  for (int i = 0; i < kN; ++i) {
+    isum[i] = _mm512_setzero_si512();
+    acc[i] = _mm512_setzero_ps();
+  }
+  const int64_t steps = a.blocks_per_superblock;
+  for (int64_t blk0 = 0, g = 0; blk0 < a.n_blocks; blk0 += steps, g += 16) {
+    for (int64_t blk = blk0; blk < blk0 + steps; ++blk) {
+      const int8_t* xb = a.x8 + blk * a.x8_block_stride;
+      const uint8_t* wb = words + blk * kTileRows * Int4Matrix::kBlockBytes;
+      __m512i lo[kR], hi[kR];
+      for (int r = 0; r < kR; ++r) {
+        const __m512i w = _mm512_load_si512(wb + r * Int4Matrix::kBlockBytes);
+        lo[r] = _mm512_and_si512(w, mask);
+        hi[r] = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
+      }
+      for (int t = 0; t < kT; ++t) {
+        const __m512i xlo = _mm512_load_si512(xb + t * kBlockCols);
+        const __m512i xhi = _mm512_load_si512(xb + t * kBlockCols + 64);
+        for (int r = 0; r < kR; ++r) {
+          const int i = r * kT + t;
+          isum[i] = _mm512_dpbusd_epi32(isum[i], lo[r], xlo);
+          isum[i] = _mm512_dpbusd_epi32(isum[i], hi[r], xhi);
+        }
+      }
+    }
+    for (int r = 0; r < kR; ++r) {
+      const __m512 offsets = _mm512_load_ps(a.offsets + r * kParamStride + g);
+      for (int t = 0; t < kT; ++t) {
+        const int i = r * kT + t;
+        const float* s = a.scales + (t * kTileRows + r) * kParamStride + g;
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_load_ps(s), acc[i]);
+        acc[i] = _mm512_fmadd_ps(offsets, _mm512_loadu_ps(a.xsum + t * a.x_stride + g), acc[i]);
+        isum[i] = _mm512_setzero_si512();
+      }
+    }
+  }
+  for (int i = 0; i < kN; ++i) dots[i] = _mm512_reduce_add_ps(acc[i]);
+}
+
 using RowsFn = void (*)(const uint8_t*, const KernelArgs&, float*);
 
 template <int kR, int kT>
-RowsFn PickRows(int64_t group) {
-  if (group == 32) return &Rows<kR, kT, 0>;
-  if (group == 64) return &Rows<kR, kT, 1>;
+RowsFn PickRows(const Int4Matrix& w) {
+  if (w.layout() == Int4Layout::kGroupLanes) return &LaneRows<kR, kT>;
+  if (w.group_size() == 32) return &Rows<kR, kT, 0>;
+  if (w.group_size() == 64) return &Rows<kR, kT, 1>;
   return &Rows<kR, kT, 2>;
 }
 
@@ -243,16 +316,23 @@ void PanelTiles(const Int4Matrix& w, int pi, const Prepared& p, int64_t tile_beg
   float* params = static_cast<float*>(
       Scratch(0, static_cast<size_t>((2 + kMaxChunkTokens) * kTileRows * kParamStride) * 4));
   float* combined = params + 2 * kTileRows * kParamStride;
-  const int row_step = gemv ? 4 : 2;
-  const int token_step = gemv ? 1 : kMaxChunkTokens;
+  // kGroupLanes batches: the tile's 4 rows x 2 tokens, so that the weights stream front to back
+  // (a 2-row pass touches every other 128 bytes and stalls on memory); the chunk is re-read from
+  // L1 for each further pair of tokens.
+  const bool lanes = w.layout() == Int4Layout::kGroupLanes;
+  const int row_step = gemv || lanes ? 4 : 2;
+  const int token_step = gemv ? 1 : lanes ? 2 : kMaxChunkTokens;
   RowsFn fns[kMaxChunkTokens + 1] = {nullptr};
   if (gemv) {
-    fns[1] = PickRows<4, 1>(w.group_size());
+    fns[1] = PickRows<4, 1>(w);
+  } else if (lanes) {
+    fns[1] = PickRows<4, 1>(w);
+    fns[2] = PickRows<4, 2>(w);
   } else {
-    fns[1] = PickRows<2, 1>(w.group_size());
-    fns[2] = PickRows<2, 2>(w.group_size());
-    fns[3] = PickRows<2, 3>(w.group_size());
-    fns[4] = PickRows<2, 4>(w.group_size());
+    fns[1] = PickRows<2, 1>(w);
+    fns[2] = PickRows<2, 2>(w);
+    fns[3] = PickRows<2, 3>(w);
+    fns[4] = PickRows<2, 4>(w);
   }
   KernelArgs a;
   a.n_groups16 = n_groups16;
@@ -260,6 +340,7 @@ void PanelTiles(const Int4Matrix& w, int pi, const Prepared& p, int64_t tile_beg
   a.x_stride = p.padded_groups;
   a.n_blocks = pn.n_blocks;
   a.blocks_per_group = std::max<int64_t>(1, w.group_size() / kBlockCols);
+  a.blocks_per_superblock = w.group_size() / 8;
   float dots[kTileRows * kMaxChunkTokens];
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
     LoadChunkParams(w.chunk_params(pi, tile), pn.n_groups, n_groups16, params);
@@ -304,7 +385,8 @@ Prepared Prepare(const Int4Matrix& w, const float* x, int64_t n_tokens) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     PrepareToken(x + t * cols, cols, w.group_size(), padded_cols, p.padded_groups,
                  x8 + t * kBlockCols, n_tokens * kBlockCols, xstep + t * p.padded_groups,
-                 xsum + t * p.padded_groups, natural);
+                 xsum + t * p.padded_groups, natural,
+                 w.layout() == Int4Layout::kGroupLanes);
   }
   p.x8 = x8;
   p.xstep = xstep;

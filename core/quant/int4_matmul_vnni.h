@@ -9,10 +9,13 @@
 // offsets and tokens accumulate in f32 in an order that depends neither on n_tokens, the token
 // chunking nor the thread count, so a token's bits do not depend on its batch.
 //
-// Layout: the Int4Matrix nibbles are read as stored (no repack: same memory, and the CUDA upload
-// sees the layout it expects). One AND (or shift + AND) of a block row's 64 bytes gives 64 u8
-// codes; one in-lane byte shuffle (vpshufb) puts columns of the same 64-column half in the same
-// int32 lanes; the activations are permuted once per call into that order.
+// Layouts: a matrix in Int4Layout::kGroupLanes (written at Quantize where this path runs and the
+// shape fits, int4_matrix.h) has its nibbles in this kernel's order: a 64-byte load, an AND and
+// a shift + AND give 4 codes of each of 16 groups per int32 lane, vpdpbusd sums a whole group in
+// one lane, and the scales apply once per 16 groups. A kBlocks matrix is read as stored: one AND
+// (or shift + AND) of a block row's 64 bytes gives 64 u8 codes, one in-lane byte shuffle
+// (vpshufb) puts columns of the same 64-column half in the same int32 lanes, and the scales
+// apply per block. Either way the activations are permuted once per call into the matrix's order.
 
 #include <cstdint>
 

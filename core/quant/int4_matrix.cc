@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/quant/int4_matmul.h"
 #include "core/quant/quantize_internal.h"
 #include "core/tensor/half_float.h"
 
@@ -242,6 +243,34 @@ class Int4Matrix::Builder {
   Int4QuantStats stats_;
 };
 
+namespace {
+
+// The layout a Quantize call writes (Int4QuantOptions::layout).
+absl::StatusOr<Int4Layout> ResolveLayout(const Int4QuantOptions& options, const Tensor& weight) {
+  const bool fits = weight.defined() && weight.rank() == 2 &&
+                    Int4Matrix::GroupLanesFit(weight.dim(1), options.group_size);
+  switch (options.layout) {
+    case Int4Layout::kAuto:
+      return fits && Int4MatMulUsesVnni() ? Int4Layout::kGroupLanes : Int4Layout::kBlocks;
+    case Int4Layout::kBlocks:
+      return Int4Layout::kBlocks;
+    case Int4Layout::kGroupLanes:
+      if (!Int4VnniAvailable()) {
+        return absl::FailedPreconditionError("int4 layout kGroupLanes needs AVX512-VNNI");
+      }
+      if (!fits) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "int4 layout kGroupLanes needs whole 16-group superblocks per panel; got ",
+            weight.defined() ? weight.DebugString() : std::string("an empty tensor"), " at g",
+            options.group_size));
+      }
+      return Int4Layout::kGroupLanes;
+  }
+  return Int4Layout::kBlocks;
+}
+
+}  // namespace
+
 absl::StatusOr<Int4Matrix> Int4Matrix::Quantize(const Tensor& weight,
                                                 const Int4QuantOptions& options,
                                                 Int4QuantStats* stats) {
@@ -256,6 +285,9 @@ absl::StatusOr<Int4Matrix> Int4Matrix::Quantize(const Tensor& weight,
                      "got ",
                      weight.defined() ? weight.DebugString() : std::string("an undefined tensor")));
   }
+  absl::StatusOr<Int4Layout> resolved = ResolveLayout(options, weight);
+  if (!resolved.ok()) return resolved.status();
+  const Int4Layout layout = *resolved;
   Int4Matrix m;
   m.rows_ = weight.dim(0);
   m.cols_ = weight.dim(1);
@@ -335,6 +367,11 @@ absl::StatusOr<Int4Matrix> Int4Matrix::Quantize(const Tensor& weight,
   ParallelFor(threads, m.n_tiles_, [&](int worker, int64_t tile) {
     builders[static_cast<size_t>(worker)].QuantizeTile(tile);
   });
+  // The Builder writes kBlocks; the VNNI kernel's order is a permutation of it, tile by tile.
+  if (layout == Int4Layout::kGroupLanes) {
+    ParallelFor(threads, m.n_tiles_, [&](int, int64_t tile) { m.PermuteTileToGroupLanes(tile); });
+    m.layout_ = Int4Layout::kGroupLanes;
+  }
 
   if (stats != nullptr) {
     *stats = Int4QuantStats();
@@ -363,14 +400,61 @@ Int4Matrix& Int4Matrix::operator=(Int4Matrix&& other) noexcept {
     bytes_ = std::exchange(other.bytes_, 0);
     panels_ = std::exchange(other.panels_, {});
     param_multiplier_ = std::exchange(other.param_multiplier_, 1.0f);
+    layout_ = std::exchange(other.layout_, Int4Layout::kBlocks);
     data_ = std::move(other.data_);
   }
   return *this;
 }
 
+bool Int4Matrix::GroupLanesFit(int64_t cols, int64_t group_size) {
+  if (cols < 1 || group_size < 32 || kPanelCols % group_size != 0) return false;
+  // Every panel but the last has kPanelCols columns (kPanelCols / G groups); the last the rest.
+  const int64_t full_groups = kPanelCols / group_size;
+  const int64_t last_cols = cols % kPanelCols;
+  if (cols >= kPanelCols && full_groups % 16 != 0) return false;
+  return last_cols == 0 || (last_cols % group_size == 0 && (last_cols / group_size) % 16 == 0);
+}
+
+void Int4Matrix::PermuteTileToGroupLanes(int64_t tile) {
+  const int64_t g = group_size_, steps = g / 8;  // 64-byte blocks per superblock
+  std::vector<uint8_t> blocks;
+  for (int p = 0; p < n_panels(); ++p) {
+    const Panel& pn = panel(p);
+    uint8_t* nibbles = data_.get() + pn.offset + tile * pn.chunk_bytes + pn.param_bytes;
+    const size_t n = static_cast<size_t>(pn.n_blocks * kTileRows * kBlockBytes);
+    blocks.assign(nibbles, nibbles + n);  // the kBlocks order, read below
+    std::memset(nibbles, 0, n);
+    const auto* words = reinterpret_cast<const uint16_t*>(blocks.data());
+    for (int64_t rr = 0; rr < kTileRows; ++rr) {
+      for (int64_t group = 0; group < pn.n_groups; ++group) {
+        for (int64_t k = 0; k < steps; ++k) {
+          uint8_t* to = nibbles + (((group / 16) * steps + k) * kTileRows + rr) * kBlockBytes +
+                        4 * (group % 16);
+          for (int64_t j = 0; j < 8; ++j) {
+            const int64_t cc = group * g + 8 * k + j;  // the column, kBlocks order below
+            const int64_t from =
+                ((cc / kBlockCols) * kTileRows + rr) * kSliceCols + cc % kSliceCols;
+            const int code = (words[from] >> (4 * ((cc % kBlockCols) / kSliceCols))) & 0xF;
+            to[j % 4] |= static_cast<uint8_t>(code << (j < 4 ? 0 : 4));
+          }
+        }
+      }
+    }
+  }
+}
+
 int Int4Matrix::Code(int64_t r, int64_t c) const {
   const int p = static_cast<int>(c / kPanelCols);
   const int64_t cc = c - panel(p).col0;
+  if (layout_ == Int4Layout::kGroupLanes) {
+    const int64_t group = cc / group_size_, within = cc % group_size_;
+    const int64_t block = (group / 16) * (group_size_ / 8) + within / 8;
+    const int64_t j = within % 8;
+    const auto* bytes = reinterpret_cast<const uint8_t*>(chunk_nibbles(p, r / kTileRows));
+    const uint8_t byte =
+        bytes[(block * kTileRows + r % kTileRows) * kBlockBytes + 4 * (group % 16) + j % 4];
+    return (byte >> (j < 4 ? 0 : 4)) & 0xF;
+  }
   const int64_t block = cc / kBlockCols;
   const int64_t k = (cc % kBlockCols) / kSliceCols;
   const int64_t j = cc % kSliceCols;

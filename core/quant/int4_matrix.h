@@ -21,6 +21,15 @@
 //              A "slice" is the 32 columns of one k: one vector of 32 u16 lanes on AVX-512 (two
 //              on AVX2), which the kernel unpacks with one or two integer ops.
 //   Groups never straddle panels (group_size divides kPanelCols).
+//   Layout kGroupLanes (the AVX512-VNNI kernel's order, chosen at Quantize; see Int4Layout)
+//   keeps every size and offset above and permutes the nibbles of each (block, row) 64 bytes:
+//   block b of a panel is step k = b % (G / 8) of superblock sb = b / (G / 8), the panel's groups
+//   16 sb .. 16 sb + 15 (G = group_size); byte 4 L + j (lane L = 0..15, j = 0..3) holds column
+//   (16 sb + L) G + 8 k + j of the panel in its low nibble and column (16 sb + L) G + 8 k + 4 + j
+//   in its high nibble. So one 64-byte load, one AND and one shift + AND give 4 codes of each
+//   of 16 groups per int32 lane, and a group's codes x int8 activations sum in one lane with
+//   vpdpbusd; the scales then apply once per 16 groups. It needs whole superblocks of whole
+//   groups: every panel has cols_p == n_groups_p * G and 16 | n_groups_p (GroupLanesFit).
 //   A stored f16 value v means v * param_multiplier(), a power of two chosen per matrix so that
 //   the largest |s| or |m| is about 2^12 (no f16 overflow, and the full 11-bit precision for
 //   every group down to 2^-26 of the largest).
@@ -44,6 +53,13 @@
 
 namespace estuary {
 
+// The nibble order of a matrix (see "Layout kGroupLanes" above).
+enum class Int4Layout : uint8_t {
+  kAuto,        // kGroupLanes where Int4MatMul runs the VNNI kernel and the shape fits, else kBlocks
+  kBlocks,      // every kernel reads it (Highway, VNNI, the GPU packer through Code())
+  kGroupLanes,  // the VNNI kernel only (Int4MatMul always takes it for such a matrix)
+};
+
 // How to quantize. Validate() accepts group_size 32, 64, 128, 256, 512 or 1024 (a power of two,
 // so that a group is a whole number of 32-column slices and either divides or is a whole number
 // of 128-column blocks) and refine_iterations in [0, 1000].
@@ -57,6 +73,9 @@ struct Int4QuantOptions {
   bool refine = true;
   int refine_iterations = 20;  // HQQ iterations per group (each also tracks the best so far)
   int threads = 0;             // quantization threads; 0: std::thread::hardware_concurrency()
+  // kGroupLanes explicitly: FAILED_PRECONDITION without AVX512-VNNI, INVALID_ARGUMENT when the
+  // shape does not fit (GroupLanesFit).
+  Int4Layout layout = Int4Layout::kAuto;
 
   absl::Status Validate() const;
 };
@@ -110,6 +129,9 @@ class Int4Matrix {
   int64_t group_size() const { return group_size_; }
   int64_t n_groups() const { return n_groups_; }  // per row
   int64_t bytes() const { return bytes_; }
+  Int4Layout layout() const { return layout_; }  // kBlocks or kGroupLanes
+  // True when a [.][cols] matrix of `group_size` can take Int4Layout::kGroupLanes.
+  static bool GroupLanesFit(int64_t cols, int64_t group_size);
 
   // Element access (reference code and tests; slow).
   int Code(int64_t r, int64_t c) const;            // q in 0..15
@@ -140,6 +162,8 @@ class Int4Matrix {
 
  private:
   class Builder;  // int4_matrix.cc
+  // Permutes tile `tile`'s nibbles from kBlocks into kGroupLanes order (int4_matrix.cc).
+  void PermuteTileToGroupLanes(int64_t tile);
 
   int64_t rows_ = 0;
   int64_t cols_ = 0;
@@ -149,6 +173,7 @@ class Int4Matrix {
   int64_t n_tiles_ = 0;
   int64_t bytes_ = 0;
   float param_multiplier_ = 1.0f;
+  Int4Layout layout_ = Int4Layout::kBlocks;
   struct Free {
     void operator()(uint8_t* p) const;
   };
