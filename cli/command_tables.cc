@@ -32,7 +32,15 @@ const Names& WorkerFlags() {
 }
 
 const Names& DecodeOnlyFlags() {
-  static const Names names = {"river", "exit_threshold", "river_group_size", "lease_ms",
+  static const Names names = {"river",
+                              "exit_threshold",
+                              "exit_rule",
+                              "min_backbone_layers",
+                              "max_backbone_layers",
+                              "river_group_size",
+                              "river_refine",
+                              "int4_kernel",
+                              "lease_ms",
                               "debug_step_delay"};
   return names;
 }
@@ -70,7 +78,7 @@ const Names& SamplingFlags() {
 const Names& RiverFlags() {
   static const Names names = {"river_group_size",    "river_refine",        "exit_rule",
                               "exit_threshold",      "min_backbone_layers", "max_backbone_layers",
-                              "resident_backbone_layers"};
+                              "resident_backbone_layers", "int4_kernel"};
   return names;
 }
 
@@ -93,7 +101,8 @@ const Names& UpPassThroughFlags() {
       "dtype", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "block_size",
       "engine_stall_timeout", "max_failed_steps",
       // decode workers
-      "exit_threshold", "river_group_size", "lease_ms"};
+      "exit_threshold", "exit_rule", "min_backbone_layers", "max_backbone_layers",
+      "river_group_size", "river_refine", "int4_kernel", "lease_ms"};
   return names;
 }
 

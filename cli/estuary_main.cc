@@ -52,6 +52,7 @@
 #include "cli/client_command.h"
 #include "cli/generate_command.h"
 #include "cli/up_command.h"
+#include "cli/river_flags.h"
 #include "process/signals.h"
 #include "kvtransfer/bench_kv.h"
 #include "prefill/bench_prefill.h"
@@ -188,12 +189,7 @@ ABSL_FLAG(bool, receiver_spins, false,
 ABSL_FLAG(bool, transport_memory, true,
           "bench-kv: the receiver's pool in UCX-allocated (shareable) memory, as decode workers "
           "allocate it");
-ABSL_FLAG(int, river_group_size, 64, "int4 group size of the exit river");
-ABSL_FLAG(bool, river_refine, true, "refine the river's int4 scale and zero point (HQQ-style)");
-ABSL_FLAG(std::string, exit_rule, "batch_min", "batch_min (the paper's) or split");
-ABSL_FLAG(double, exit_threshold, 0.9, "default exit threshold τ; above 1 disables exit");
-ABSL_FLAG(int, min_backbone_layers, 1, "exit is considered only after this many layers");
-ABSL_FLAG(int, max_backbone_layers, -1, "forced exit after this many layers; -1 = none");
+// The river's other flags (group size, rule, threshold, backbone bounds): cli/river_flags.h.
 ABSL_FLAG(int, resident_backbone_layers, 0,
           "backbone layers at and above this are never loaded (forced exit there); 0 = all");
 
@@ -255,13 +251,7 @@ absl::StatusOr<std::vector<T>> ParseList(const char* flag, const std::vector<std
 }
 
 absl::StatusOr<RiverOptions> RiverFlags() {
-  RiverOptions river;
-  river.quant.group_size = absl::GetFlag(FLAGS_river_group_size);
-  river.quant.refine = absl::GetFlag(FLAGS_river_refine);
-  ESTUARY_ASSIGN_OR_RETURN(river.policy.rule, ParseExitRule(absl::GetFlag(FLAGS_exit_rule)));
-  river.policy.default_threshold = static_cast<float>(absl::GetFlag(FLAGS_exit_threshold));
-  river.policy.min_backbone_layers = absl::GetFlag(FLAGS_min_backbone_layers);
-  river.policy.max_backbone_layers = absl::GetFlag(FLAGS_max_backbone_layers);
+  ESTUARY_ASSIGN_OR_RETURN(RiverOptions river, RiverOptionsFromFlags());
   river.policy.resident_backbone_layers = absl::GetFlag(FLAGS_resident_backbone_layers);
   return river;
 }

@@ -4,7 +4,8 @@
 // SIGINT / SIGTERM.
 //
 //   estuary-decode --model PATH [--port P] [--tensor-parallel-size N] [--river
-//                  --exit-threshold T] [--kv-cache-bytes B] [--ucx-tls tcp] [--ready-file F]
+//                  --exit-threshold T --exit-rule batch_min|split --min-backbone-layers N
+//                  --max-backbone-layers N --river-group-size G] [--kv-cache-bytes B] [--ucx-tls tcp] [--ready-file F]
 //                  [--host 0.0.0.0 --advertise-address A] [--router HOST:PORT]
 //                  [--shutdown-timeout 30s] [--engine-stall-timeout 60s] [--max-failed-steps 3]
 //                  [--device cuda[:N] --kv-transport nccl]   (a CUDA build: steps on the GPU)
@@ -15,14 +16,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "cli/command_tables.h"
+#include "cli/river_flags.h"
 #include "core/common/status_macros.h"
 #include "decode/decode_service.h"
 #include "process/process_main.h"
 #include "worker/worker_flags.h"
 
+// --river turns the exit river on; how it is built and when tokens exit: cli/river_flags.h.
 ABSL_FLAG(bool, river, false, "decode with the exit river (int4 copy of the layers)");
-ABSL_FLAG(double, exit_threshold, 0.9, "default τ of the exit river");
-ABSL_FLAG(int, river_group_size, 64, "int4 group size of the exit river");
 ABSL_FLAG(int64_t, lease_ms, 30000, "how long reserved pages wait for their KV");
 ABSL_FLAG(absl::Duration, debug_step_delay, absl::ZeroDuration(),
           "fault injection for tests: each engine step with work first sleeps this long (a slow "
@@ -41,22 +42,21 @@ absl::Status Run() {
   options.engine.block_size = absl::GetFlag(FLAGS_block_size);
   options.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   options.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
-  options.engine.exit.default_threshold = static_cast<float>(absl::GetFlag(FLAGS_exit_threshold));
+  if (!absl::GetFlag(FLAGS_river)) ESTUARY_RETURN_IF_ERROR(cli::RefuseRiverFlagsWithoutRiver());
+  ESTUARY_ASSIGN_OR_RETURN(const cli::RiverOptions river, cli::RiverOptionsFromFlags());
+  options.engine.exit = river.policy;
   if (absl::GetFlag(FLAGS_lease_ms) <= 0) return absl::InvalidArgumentError("--lease-ms must be > 0");
   options.default_lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   options.debug_step_delay = absl::GetFlag(FLAGS_debug_step_delay);
   if (options.debug_step_delay < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--debug-step-delay must be >= 0");
   }
-  Int4QuantOptions quant;
-  quant.group_size = absl::GetFlag(FLAGS_river_group_size);
-  ESTUARY_RETURN_IF_ERROR(quant.Validate());
 
   ESTUARY_ASSIGN_OR_RETURN(const Device device, worker::WorkerDevice(process));
   options.engine.cuda_device = device.is_cpu() ? -1 : device.ordinal;
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> model, worker::LoadShardedModel(process));
   ESTUARY_RETURN_IF_ERROR(options.engine.Validate(model->config()));
-  if (absl::GetFlag(FLAGS_river)) ESTUARY_RETURN_IF_ERROR(model->BuildRiver(quant));
+  if (absl::GetFlag(FLAGS_river)) ESTUARY_RETURN_IF_ERROR(model->BuildRiver(river.quant));
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::Transport> transport,
                            worker::CreateTransport(process));
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DecodeService> service,

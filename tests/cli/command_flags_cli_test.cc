@@ -67,7 +67,8 @@ std::vector<HelpCase> HelpCases() {
         "--max-num-seqs", "--gpu-memory-utilization"},
        {"--river", "--api-key", "--policy"}},
       {{BinaryPath("decode/estuary-decode")}, "usage: estuary-decode",
-       {"--model", "--river", "--exit-threshold", "--kv-cache-memory", "--max-model-len",
+       {"--model", "--river", "--exit-threshold", "--exit-rule", "--min-backbone-layers",
+        "--max-backbone-layers", "--river-group-size", "--kv-cache-memory", "--max-model-len",
         "--lease-ms"},
        {"--policy", "--api-key"}},
   };
@@ -167,6 +168,12 @@ TEST(CommandFlagsRefusalTest, FlagsThatCannotApplyAreRefusedBeforeServing) {
        "--max-model-len = 100000 exceeds the model's context length"},
       {{BinaryPath("router/estuary-router"), "--model", kModel, "--max-model-len", "100000"},
        "--max-model-len = 100000 exceeds the model's context length"},
+      {{decode, "--model", kModel, "--exit-rule", "split"},
+       "--exit-rule applies to the exit river: add --river"},
+      {{decode, "--model", kModel, "--river", "--exit-rule", "sideways"},
+       "exit rule 'sideways': use batch_min or split"},
+      {{decode, "--model", kModel, "--river", "--max-backbone-layers", "99"},
+       "--max-backbone-layers = 99"},
   };
   for (const RefusalCase& c : cases) {
     const ProcessResult result = RunCommand(c.argv);

@@ -1,0 +1,68 @@
+#include "cli/river_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "core/common/status_macros.h"
+#include "core/quant/int4_matmul.h"
+
+ABSL_FLAG(int, river_group_size, 64, "int4 group size of the exit river");
+ABSL_FLAG(bool, river_refine, true, "refine the river's int4 scale and zero point (HQQ-style)");
+ABSL_FLAG(std::string, exit_rule, "batch_min", "batch_min (the paper's) or split");
+ABSL_FLAG(double, exit_threshold, 0.9, "default exit threshold τ; above 1 disables exit");
+ABSL_FLAG(int, min_backbone_layers, 1, "exit is considered only after this many layers");
+ABSL_FLAG(int, max_backbone_layers, -1, "forced exit after this many layers; -1 = none");
+ABSL_FLAG(std::string, int4_kernel, "auto",
+          "the river's int4 matmul: auto, vnni (int8 activations; CPUs with AVX512-VNNI) or "
+          "highway (int16 activations)");
+
+namespace estuary::cli {
+namespace {
+
+absl::StatusOr<Int4Path> Int4KernelFlag() {
+  const std::string name = absl::GetFlag(FLAGS_int4_kernel);
+  if (name == "auto") return Int4Path::kAuto;
+  if (name == "highway") return Int4Path::kHighway;
+  if (name == "vnni") {
+    if (!Int4VnniAvailable()) {
+      return absl::FailedPreconditionError("--int4-kernel=vnni: this CPU has no AVX512-VNNI");
+    }
+    return Int4Path::kVnni;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--int4-kernel=", name, ": use auto, vnni or highway"));
+}
+
+}  // namespace
+
+absl::StatusOr<RiverOptions> RiverOptionsFromFlags() {
+  RiverOptions river;
+  river.quant.group_size = absl::GetFlag(FLAGS_river_group_size);
+  river.quant.refine = absl::GetFlag(FLAGS_river_refine);
+  ESTUARY_RETURN_IF_ERROR(river.quant.Validate());
+  ESTUARY_ASSIGN_OR_RETURN(const Int4Path kernel, Int4KernelFlag());
+  SetInt4MatMulPath(kernel);
+  ESTUARY_ASSIGN_OR_RETURN(river.policy.rule, ParseExitRule(absl::GetFlag(FLAGS_exit_rule)));
+  river.policy.default_threshold = static_cast<float>(absl::GetFlag(FLAGS_exit_threshold));
+  river.policy.min_backbone_layers = absl::GetFlag(FLAGS_min_backbone_layers);
+  river.policy.max_backbone_layers = absl::GetFlag(FLAGS_max_backbone_layers);
+  return river;
+}
+
+absl::Status RefuseRiverFlagsWithoutRiver() {
+  for (const char* name : {"river_group_size", "river_refine", "exit_rule", "exit_threshold",
+                           "min_backbone_layers", "max_backbone_layers", "int4_kernel"}) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", absl::StrReplaceAll(name, {{"_", "-"}}),
+                       " applies to the exit river: add --river, or drop it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace estuary::cli
