@@ -11,7 +11,9 @@
 
 ABSL_FLAG(int, river_group_size, 64, "int4 group size of the exit river");
 ABSL_FLAG(bool, river_refine, true, "refine the river's int4 scale and zero point (HQQ-style)");
-ABSL_FLAG(std::string, exit_rule, "batch_min", "batch_min (the paper's) or split");
+ABSL_FLAG(std::string, exit_rule, "batch_min",
+          "batch_min (the paper's: the batch leaves when all pass at once), split (each on its "
+          "own) or all_passed (the batch leaves once each has passed at some layer)");
 ABSL_FLAG(double, exit_threshold, 0.9, "default exit threshold τ; above 1 disables exit");
 ABSL_FLAG(int, min_backbone_layers, 1, "exit is considered only after this many layers");
 ABSL_FLAG(int, max_backbone_layers, -1, "forced exit after this many layers; -1 = none");

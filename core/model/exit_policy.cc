@@ -9,12 +9,21 @@ namespace estuary {
 absl::StatusOr<ExitRule> ParseExitRule(const std::string& name) {
   if (name == "batch_min") return ExitRule::kBatchMin;
   if (name == "split") return ExitRule::kSplit;
+  if (name == "all_passed") return ExitRule::kAllPassed;
   return absl::InvalidArgumentError(
-      absl::StrCat("exit rule '", name, "': use batch_min or split"));
+      absl::StrCat("exit rule '", name, "': use batch_min, split or all_passed"));
 }
 
 const char* ExitRuleName(ExitRule rule) {
-  return rule == ExitRule::kSplit ? "split" : "batch_min";
+  switch (rule) {
+    case ExitRule::kSplit:
+      return "split";
+    case ExitRule::kAllPassed:
+      return "all_passed";
+    case ExitRule::kBatchMin:
+      break;
+  }
+  return "batch_min";
 }
 
 int ExitPolicy::ForcedExitAfter(int n_layers) const {

@@ -5,7 +5,15 @@
 // threshold τ:
 //   kBatchMin: the whole batch exits when min_b (s_b − τ_b) > 0 (the paper's rule, per-request τ);
 //   kSplit:    each sequence exits on its own when s_b − τ_b > 0 (the batch runs both kernels).
+//   kAllPassed: a sequence's pass (s_b − τ_b > 0 after some layer) is remembered for the step,
+//              and the whole batch exits once every sequence still on the backbone has passed
+//              (issue 18's exit-aware batching). On a memory-bound step a backbone layer costs
+//              the same for 1 or 16 rows, so a sequence that passed rides the backbone for free
+//              while another still needs it, and the batch leaves as soon as the last one
+//              passes: never later than kBatchMin (which needs every pass at the same layer),
+//              and without kSplit's extra int4 read of every layer both groups run.
 // Exit is absorbing within a step. τ above 1 never exits (s <= 1), which reproduces the plain model.
+// At batch 1 the three rules are the same.
 
 #include <cstdint>
 #include <string>
@@ -15,8 +23,9 @@
 
 namespace estuary {
 
-enum class ExitRule : uint8_t { kBatchMin, kSplit };
-absl::StatusOr<ExitRule> ParseExitRule(const std::string& name);  // "batch_min" or "split"
+enum class ExitRule : uint8_t { kBatchMin, kSplit, kAllPassed };
+// "batch_min", "split" or "all_passed".
+absl::StatusOr<ExitRule> ParseExitRule(const std::string& name);
 const char* ExitRuleName(ExitRule rule);
 
 struct ExitPolicy {

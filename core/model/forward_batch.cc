@@ -114,6 +114,7 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
   ESTUARY_RETURN_IF_ERROR(k::Embedding(model.weights().embedding, all_tokens, x.data()));
 
   std::vector<bool> on_river(entries.size(), false);
+  std::vector<bool> passed(entries.size(), false);  // kAllPassed: passed τ at some layer
   for (EntryOutcome& o : outcomes) o.backbone_layers = n_layers;
   std::vector<float> similarity(entries.size());
   Group group;
@@ -122,19 +123,28 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
     // Exit decisions before layer l, from the similarity of layer l - 1 (absorbing).
     const bool forced = l >= forced_exit;
     const bool may_exit = river != nullptr && l >= std::max(1, options.policy.min_backbone_layers);
+    const ExitRule rule = options.policy.rule;
     float batch_margin = std::numeric_limits<float>::infinity();
-    if (may_exit && options.policy.rule == ExitRule::kBatchMin) {
+    if (may_exit && rule == ExitRule::kBatchMin) {
       for (size_t e = 0; e < entries.size(); ++e) {
         if (!on_river[e]) {
           batch_margin = std::min(batch_margin, similarity[e] - entries[e].exit_threshold);
         }
       }
     }
+    if (may_exit && rule == ExitRule::kAllPassed) {
+      bool all = true;
+      for (size_t e = 0; e < entries.size(); ++e) {
+        if (on_river[e]) continue;
+        if (similarity[e] - entries[e].exit_threshold > 0.0f) passed[e] = true;  // NaN: not
+        all = all && passed[e];
+      }
+      batch_margin = all ? 1.0f : -1.0f;
+    }
     for (size_t e = 0; e < entries.size(); ++e) {
       if (on_river[e]) continue;
-      const float margin = options.policy.rule == ExitRule::kBatchMin
-                               ? batch_margin
-                               : similarity[e] - entries[e].exit_threshold;
+      const float margin = rule == ExitRule::kSplit ? similarity[e] - entries[e].exit_threshold
+                                                    : batch_margin;
       if (forced || (may_exit && margin > 0.0f)) {
         on_river[e] = true;
         outcomes[e].backbone_layers = l;

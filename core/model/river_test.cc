@@ -2,7 +2,11 @@
 //   - τ = −1 with min_backbone_layers = m equals a plain model whose layers >= m carry the
 //     dequantized int4 weights (m bf16/f32 layers, then int4 layers);
 //   - river-written KV lands in the sequence's own pages and provenance records the exit.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "core/kvcache/kv_pool.h"
 #include "core/kvcache/sequence_kv.h"
@@ -179,6 +183,92 @@ TEST(RiverTest, BatchMinCouplesTheBatchAndSplitDoesNot) {
     EXPECT_EQ(outcomes[1].backbone_layers, c.n_layers) << ExitRuleName(rule);
     EXPECT_EQ(outcomes[0].backbone_layers, rule == ExitRule::kSplit ? 1 : c.n_layers)
         << ExitRuleName(rule);
+  }
+}
+
+// Each backbone layer's per-entry similarity.
+class SimilarityTrace : public ForwardProbe {
+ public:
+  void OnBackboneLayer(int layer, absl::Span<const float> similarity) override {
+    layers.emplace_back(similarity.begin(), similarity.end());
+  }
+  std::vector<std::vector<float>> layers;  // [layer][entry]
+};
+
+// The layer each rule exits at, from a full-depth trace of the same batch: the decision before
+// layer l reads layer l - 1's similarity (forward_batch.cc). n_layers when nobody leaves.
+int PredictedExit(ExitRule rule, const std::vector<std::vector<float>>& trace,
+                  const std::vector<float>& taus, int n_layers) {
+  std::vector<bool> passed(taus.size(), false);
+  for (int l = 1; l < n_layers; ++l) {
+    bool all_now = true, all_ever = true;
+    for (size_t e = 0; e < taus.size(); ++e) {
+      const bool pass = trace[static_cast<size_t>(l - 1)][e] - taus[e] > 0.0f;
+      passed[e] = passed[e] || pass;
+      all_now = all_now && pass;
+      all_ever = all_ever && passed[e];
+    }
+    if (rule == ExitRule::kBatchMin ? all_now : all_ever) return l;
+  }
+  return n_layers;
+}
+
+// all_passed remembers each sequence's pass and lets the batch go once the last one has passed;
+// batch_min needs every pass at the same layer. Both exit exactly where a full-depth trace of
+// the same batch says, and here all_passed leaves earlier.
+TEST(RiverTest, AllPassedLeavesOnceEverySequenceHasPassedAtSomeLayer) {
+  auto loaded = LoadModel("models/stories12L");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const LlamaModel& model = *loaded->model;
+  const LlamaConfig& c = model.config();
+  auto river = River::Build(model.weights(), Int4QuantOptions());
+  ASSERT_TRUE(river.ok());
+  const std::vector<std::vector<int32_t>> prompts = {{1, 403}, {1, 407}, {1, 261}};
+  // Runs the batch under `rule` with thresholds `taus`; returns each entry's backbone layers.
+  auto run = [&](ExitRule rule, const std::vector<float>& taus, ForwardProbe* probe) {
+    std::vector<ContiguousKvCache> caches;
+    for (size_t e = 0; e < prompts.size(); ++e) caches.push_back(*ContiguousKvCache::Create(c, 8));
+    std::vector<BatchEntry> entries(prompts.size());
+    for (size_t e = 0; e < prompts.size(); ++e) {
+      entries[e].tokens = prompts[e];
+      entries[e].kv = &caches[e];
+      entries[e].exit_threshold = taus[e];
+    }
+    ForwardOptions options;
+    options.river = river->get();
+    options.policy.rule = rule;
+    options.probe = probe;
+    std::vector<float> logits(prompts.size() * static_cast<size_t>(c.vocab_size));
+    std::vector<EntryOutcome> outcomes(prompts.size());
+    EXPECT_TRUE(ForwardBatch(model, entries, options, absl::MakeSpan(logits),
+                             absl::MakeSpan(outcomes))
+                    .ok());
+    std::vector<int> layers;
+    for (const EntryOutcome& o : outcomes) layers.push_back(o.backbone_layers);
+    return layers;
+  };
+  SimilarityTrace trace;
+  run(ExitRule::kBatchMin, {2.0f, 2.0f, 2.0f}, &trace);
+  ASSERT_EQ(trace.layers.size(), static_cast<size_t>(c.n_layers));
+  // Sequences 0 and 1 pass only at their own most similar layer (different layers here: the
+  // similarity is not monotone in depth), sequence 2 at every layer from the first on.
+  std::vector<float> taus(prompts.size());
+  for (size_t e = 0; e < prompts.size(); ++e) {
+    float most = -1.0f, least = 2.0f;
+    for (size_t l = 0; l + 1 < trace.layers.size(); ++l) {
+      most = std::max(most, trace.layers[l][e]);
+      if (l >= 1) least = std::min(least, trace.layers[l][e]);
+    }
+    taus[e] = std::nextafter(e < 2 ? most : least, 0.0f);
+  }
+  const int batch_min = PredictedExit(ExitRule::kBatchMin, trace.layers, taus, c.n_layers);
+  const int all_passed = PredictedExit(ExitRule::kAllPassed, trace.layers, taus, c.n_layers);
+  std::printf("predicted exit: batch_min after %d layers, all_passed after %d\n", batch_min,
+              all_passed);
+  EXPECT_LT(all_passed, batch_min);
+  for (auto [rule, expected] : {std::pair{ExitRule::kBatchMin, batch_min},
+                                std::pair{ExitRule::kAllPassed, all_passed}}) {
+    for (int layers : run(rule, taus, nullptr)) EXPECT_EQ(layers, expected) << ExitRuleName(rule);
   }
 }
 

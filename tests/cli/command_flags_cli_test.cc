@@ -171,7 +171,7 @@ TEST(CommandFlagsRefusalTest, FlagsThatCannotApplyAreRefusedBeforeServing) {
       {{decode, "--model", kModel, "--exit-rule", "split"},
        "--exit-rule applies to the exit river: add --river"},
       {{decode, "--model", kModel, "--river", "--exit-rule", "sideways"},
-       "exit rule 'sideways': use batch_min or split"},
+       "exit rule 'sideways': use batch_min, split or all_passed"},
       {{decode, "--model", kModel, "--river", "--max-backbone-layers", "99"},
        "--max-backbone-layers = 99"},
   };

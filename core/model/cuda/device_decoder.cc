@@ -166,6 +166,11 @@ absl::Status DeviceDecoder::Init() {
   forced_exit_ = c.n_layers;
   if (model_.has_river() && options_.exits) {
     ESTUARY_RETURN_IF_ERROR(options_.policy.Validate(c.n_layers));
+    // The device's exit kernel (ExitDecision) implements batch_min and split only.
+    if (options_.policy.rule == ExitRule::kAllPassed) {
+      return absl::FailedPreconditionError(
+          "exit rule all_passed runs on CPU ranks; on a GPU use batch_min or split");
+    }
     forced_exit_ = options_.policy.ForcedExitAfter(c.n_layers);
     if (forced_exit_ < c.n_layers && !model_.river_has_layer(forced_exit_)) {
       return absl::FailedPreconditionError(absl::StrCat("forced exit after ", forced_exit_,
