@@ -41,19 +41,19 @@
 
 #include "core/common/worker_pool.h"
 #include "core/quant/int4_matmul.h"
+#include "core/quant/int4_kernel_common.h"
 #include "core/quant/int4_matmul_vnni.h"
 #include "core/quant/int4_matrix.h"
 #include "hwy/aligned_allocator.h"
 
 namespace estuary::int4_kernel {
 
-constexpr int64_t kTileRows = Int4Matrix::kTileRows;
-constexpr int64_t kBlockCols = Int4Matrix::kBlockCols;
+using int4_kernel_common::kBlockCols;
+using int4_kernel_common::kMaxChunkTokens;
+using int4_kernel_common::kParamStride;
+using int4_kernel_common::kTileRows;
+using int4_kernel_common::Scratch;
 constexpr int64_t kSliceCols = Int4Matrix::kSliceCols;  // 32: one u16 nibble position
-constexpr int kMaxChunkTokens = 4;                      // most tokens per kernel call
-// Row stride of the f32 parameter buffers: the most groups a panel can have (g32), so that
-// every (row, token) offset in the kernel is a compile-time constant.
-constexpr int64_t kParamStride = Int4Matrix::kPanelCols / 32;
 
 // Per-call inputs shared, read-only, by every tile: per token, x as int16 per group, the
 // per-group step e_tg and the per-group sums X_tg.
@@ -66,17 +66,6 @@ struct Prepared {
   const float* xstep = nullptr;  // [n_tokens][padded_groups]
   const float* xsum = nullptr;   // [n_tokens][padded_groups]
 };
-
-// Thread-local growable scratch, one per `slot`, 64-byte aligned.
-inline void* Scratch(int slot, size_t bytes) {
-  thread_local hwy::AlignedFreeUniquePtr<uint8_t[]> buffers[2];
-  thread_local size_t capacity[2] = {0, 0};
-  if (bytes > capacity[slot]) {
-    buffers[slot] = hwy::AllocateAligned<uint8_t>(bytes);
-    capacity[slot] = bytes;
-  }
-  return buffers[slot].get();
-}
 
 }  // namespace estuary::int4_kernel
 #endif  // ESTUARY_CORE_QUANT_INT4_MATMUL_ONCE
@@ -354,11 +343,8 @@ void CombineScales(const float* HWY_RESTRICT scales, int64_t n_groups16, const f
 void PanelTiles(const Int4Matrix& w, int pi, const Prepared& p, int64_t tile_begin,
                 int64_t tile_end, float* y) {
   const Int4Matrix::Panel& pn = w.panel(pi);
-  const bool first = pi == 0;
   const bool gemv = p.n_tokens == 1;
-  const int64_t rows = w.rows();
   const int64_t n_groups16 = (pn.n_groups + 15) / 16 * 16;
-  const float mult = w.param_multiplier();
   // [8][kParamStride] parameters, then [kMaxChunkTokens][kTileRows][kParamStride] combined.
   float* params = static_cast<float*>(
       Scratch(0, static_cast<size_t>((2 + kMaxChunkTokens) * kTileRows * kParamStride) * 4));
@@ -380,32 +366,22 @@ void PanelTiles(const Int4Matrix& w, int pi, const Prepared& p, int64_t tile_beg
   a.x_stride = p.padded_groups;
   a.n_blocks = pn.n_blocks;
   a.blocks_per_group = std::max<int64_t>(1, w.group_size() / kBlockCols);
-  float dots[kTileRows * kMaxChunkTokens];
-  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    LoadChunkParams(w.chunk_params(pi, tile), pn.n_groups, n_groups16, params);
-    const uint16_t* nibbles = w.chunk_nibbles(pi, tile);
-    const int64_t row0 = tile * kTileRows;
-    const int64_t live = std::min<int64_t>(kTileRows, rows - row0);
-    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += token_step) {
-      const int chunk = static_cast<int>(std::min<int64_t>(token_step, p.n_tokens - t0));
-      CombineScales(params, n_groups16, p.xstep + t0 * p.padded_groups + pn.group0,
-                    p.padded_groups, chunk, combined);
-      a.x16 = p.x16 + (pn.col0 / kBlockCols) * a.x16_block_stride + t0 * kBlockCols;
-      a.xsum = p.xsum + t0 * p.padded_groups + pn.group0;
-      for (int64_t r0 = 0; r0 < live; r0 += row_step) {
+  int4_kernel_common::RunPanelTiles(
+      w, pi, p.n_tokens, tile_begin, tile_end, row_step, token_step, y,
+      [&](int64_t tile) {
+        LoadChunkParams(w.chunk_params(pi, tile), pn.n_groups, n_groups16, params);
+      },
+      [&](int64_t t0, int chunk) {
+        CombineScales(params, n_groups16, p.xstep + t0 * p.padded_groups + pn.group0,
+                      p.padded_groups, chunk, combined);
+        a.x16 = p.x16 + (pn.col0 / kBlockCols) * a.x16_block_stride + t0 * kBlockCols;
+        a.xsum = p.xsum + t0 * p.padded_groups + pn.group0;
+      },
+      [&](int64_t tile, int64_t r0, int chunk, float* dots) {
         a.scales = combined + r0 * kParamStride;
         a.offsets = params + (kTileRows + r0) * kParamStride;
-        fns[chunk](nibbles + r0 * kSliceCols, a, dots);
-        for (int64_t r = r0; r < std::min<int64_t>(live, r0 + row_step); ++r) {
-          for (int t = 0; t < chunk; ++t) {
-            float& out = y[(t0 + t) * rows + row0 + r];
-            const float value = mult * dots[(r - r0) * chunk + t];
-            out = first ? value : out + value;
-          }
-        }
-      }
-    }
-  }
+        fns[chunk](w.chunk_nibbles(pi, tile) + r0 * kSliceCols, a, dots);
+      });
 }
 
 // Tiles [tile_begin, tile_end) of y = W x, panel by panel.

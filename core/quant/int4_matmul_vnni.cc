@@ -28,17 +28,18 @@
 #include <cstring>
 #include <memory>
 
-#include "hwy/aligned_allocator.h"
+#include "core/quant/int4_kernel_common.h"
 
 #define ESTUARY_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
 namespace estuary::int4_vnni {
 namespace {
 
-constexpr int64_t kTileRows = Int4Matrix::kTileRows;
-constexpr int64_t kBlockCols = Int4Matrix::kBlockCols;
-constexpr int kMaxChunkTokens = 4;
-constexpr int64_t kParamStride = Int4Matrix::kPanelCols / 32;  // most groups in a panel
+using int4_kernel_common::kBlockCols;
+using int4_kernel_common::kMaxChunkTokens;
+using int4_kernel_common::kParamStride;
+using int4_kernel_common::kTileRows;
+using int4_kernel_common::Scratch;
 
 struct Prepared {
   int64_t n_tokens = 0;
@@ -47,16 +48,6 @@ struct Prepared {
   const float* xstep = nullptr;
   const float* xsum = nullptr;
 };
-
-inline void* Scratch(int slot, size_t bytes) {
-  thread_local hwy::AlignedFreeUniquePtr<uint8_t[]> buffers[2];
-  thread_local size_t capacity[2] = {0, 0};
-  if (bytes > capacity[slot]) {
-    buffers[slot] = hwy::AllocateAligned<uint8_t>(bytes);
-    capacity[slot] = bytes;
-  }
-  return buffers[slot].get();
-}
 
 // Byte position of column c (0..127) of a block in the kernel's order: [lo 64 bytes][hi 64].
 constexpr int64_t PermutedIndex(int64_t c) {
@@ -308,11 +299,8 @@ ESTUARY_VNNI_TARGET void CombineScales(const float* scales, int64_t n_groups16,
 void PanelTiles(const Int4Matrix& w, int pi, const Prepared& p, int64_t tile_begin,
                 int64_t tile_end, float* y) {
   const Int4Matrix::Panel& pn = w.panel(pi);
-  const bool first = pi == 0;
   const bool gemv = p.n_tokens == 1;
-  const int64_t rows = w.rows();
   const int64_t n_groups16 = (pn.n_groups + 15) / 16 * 16;
-  const float mult = w.param_multiplier();
   float* params = static_cast<float*>(
       Scratch(0, static_cast<size_t>((2 + kMaxChunkTokens) * kTileRows * kParamStride) * 4));
   float* combined = params + 2 * kTileRows * kParamStride;
@@ -341,32 +329,23 @@ void PanelTiles(const Int4Matrix& w, int pi, const Prepared& p, int64_t tile_beg
   a.n_blocks = pn.n_blocks;
   a.blocks_per_group = std::max<int64_t>(1, w.group_size() / kBlockCols);
   a.blocks_per_superblock = w.group_size() / 8;
-  float dots[kTileRows * kMaxChunkTokens];
-  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    LoadChunkParams(w.chunk_params(pi, tile), pn.n_groups, n_groups16, params);
-    const auto* nibbles = reinterpret_cast<const uint8_t*>(w.chunk_nibbles(pi, tile));
-    const int64_t row0 = tile * kTileRows;
-    const int64_t live = std::min<int64_t>(kTileRows, rows - row0);
-    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += token_step) {
-      const int chunk = static_cast<int>(std::min<int64_t>(token_step, p.n_tokens - t0));
-      CombineScales(params, n_groups16, p.xstep + t0 * p.padded_groups + pn.group0,
-                    p.padded_groups, chunk, combined);
-      a.x8 = p.x8 + (pn.col0 / kBlockCols) * a.x8_block_stride + t0 * kBlockCols;
-      a.xsum = p.xsum + t0 * p.padded_groups + pn.group0;
-      for (int64_t r0 = 0; r0 < live; r0 += row_step) {
+  int4_kernel_common::RunPanelTiles(
+      w, pi, p.n_tokens, tile_begin, tile_end, row_step, token_step, y,
+      [&](int64_t tile) {
+        LoadChunkParams(w.chunk_params(pi, tile), pn.n_groups, n_groups16, params);
+      },
+      [&](int64_t t0, int chunk) {
+        CombineScales(params, n_groups16, p.xstep + t0 * p.padded_groups + pn.group0,
+                      p.padded_groups, chunk, combined);
+        a.x8 = p.x8 + (pn.col0 / kBlockCols) * a.x8_block_stride + t0 * kBlockCols;
+        a.xsum = p.xsum + t0 * p.padded_groups + pn.group0;
+      },
+      [&](int64_t tile, int64_t r0, int chunk, float* dots) {
         a.scales = combined + r0 * kParamStride;
         a.offsets = params + (kTileRows + r0) * kParamStride;
+        const auto* nibbles = reinterpret_cast<const uint8_t*>(w.chunk_nibbles(pi, tile));
         fns[chunk](nibbles + r0 * Int4Matrix::kBlockBytes, a, dots);
-        for (int64_t r = r0; r < std::min<int64_t>(live, r0 + row_step); ++r) {
-          for (int t = 0; t < chunk; ++t) {
-            float& out = y[(t0 + t) * rows + row0 + r];
-            const float value = mult * dots[(r - r0) * chunk + t];
-            out = first ? value : out + value;
-          }
-        }
-      }
-    }
-  }
+      });
 }
 
 // Scratch slot 1 of the caller: [xsum][xstep][x8][natural].
