@@ -27,7 +27,7 @@ const Names& WorkerFlags() {
       "tensor_parallel_size", "device", "dtype", "max_model_len", "kv_cache_memory",
       "kv_cache_bytes", "gpu_memory_utilization", "block_size", "max_num_seqs",
       "max_num_batched_tokens", "ucx_tls", "kv_transport", "metrics_port", "shutdown_timeout",
-      "engine_stall_timeout", "max_failed_steps"};
+      "engine_stall_timeout", "max_failed_steps", "bf16_kernel"};
   return names;
 }
 
@@ -99,7 +99,7 @@ const Names& UpPassThroughFlags() {
       "max_model_len",
       // workers
       "dtype", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "block_size",
-      "engine_stall_timeout", "max_failed_steps",
+      "engine_stall_timeout", "max_failed_steps", "bf16_kernel",
       // decode workers
       "exit_threshold", "exit_rule", "min_backbone_layers", "max_backbone_layers",
       "river_group_size", "river_refine", "int4_kernel", "lease_ms"};
@@ -110,7 +110,7 @@ const std::vector<CommandFlags>& Subcommands() {
   static const std::vector<CommandFlags> commands = {
       {"estuary generate", "generate", "run one prompt on a model and print the completion",
        Join({{"model", "prompt", "max_tokens"}, SamplingFlags(),
-             {"dtype", "json", "threads", "river", "tensor_parallel_size", "device"},
+             {"dtype", "json", "threads", "river", "tensor_parallel_size", "device", "bf16_kernel"},
              RiverFlags()})},
       {"estuary up", "up",
        "start a local cluster (router, prefill and decode workers) on loopback",
@@ -128,13 +128,15 @@ const std::vector<CommandFlags>& Subcommands() {
        {"preset", "out", "seed"}},
       {"estuary eval-exit", "eval-exit",
        "fidelity and cost of the exit river at several thresholds",
-       Join({{"model", "taus", "prompts", "max_tokens", "json", "threads"}, RiverFlags()})},
+       Join({{"model", "taus", "prompts", "max_tokens", "json", "threads", "bf16_kernel"},
+             RiverFlags()})},
       {"estuary bench-decode", "bench-decode", "decode tokens/s: full depth, river, full int4",
-       Join({{"model", "batch", "exit_after", "steps", "json", "threads"}, RiverFlags()})},
+       Join({{"model", "batch", "exit_after", "steps", "json", "threads", "bf16_kernel"},
+             RiverFlags()})},
       {"estuary bench-prefill", "bench-prefill",
        "prefill tokens/s at several TP sizes; batch-invariant GEMM vs OpenBLAS",
        {"model", "dtype", "tp_sizes", "prompt_tokens", "max_num_batched_tokens", "threads",
-        "iterations", "skip_matmul", "json"}},
+        "iterations", "skip_matmul", "json", "bf16_kernel"}},
       {"estuary bench-kv", "bench-kv", "KV push GB/s and latency over UCX next to ucx_perftest",
        {"tls", "quick", "perftest", "transport_memory", "receiver_spins", "json"}},
   };

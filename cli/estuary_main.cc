@@ -52,6 +52,7 @@
 #include "cli/client_command.h"
 #include "cli/generate_command.h"
 #include "cli/up_command.h"
+#include "cli/kernel_flags.h"
 #include "cli/river_flags.h"
 #include "process/signals.h"
 #include "kvtransfer/bench_kv.h"
@@ -484,8 +485,14 @@ int Main(int argc, char** argv) {
   // The subcommand takes argv[0]'s place; its flags are checked against its own table.
   const std::set<std::string> given =
       process::ParseCommandFlags(argc - 1, argv + 1, *flags, EstuaryCommands());
+  // Kernel choices first, for the commands that run a model here (up passes them on).
   absl::Status status;
-  if (command == "generate") {
+  const bool runs_a_model =
+      command != "up" &&
+      std::find(flags->flags.begin(), flags->flags.end(), "bf16_kernel") != flags->flags.end();
+  if (runs_a_model && !(status = ApplyKernelFlags()).ok()) {
+    // reported below
+  } else if (command == "generate") {
     status = Generate();
   } else if (command == "convert") {
     status = Convert();

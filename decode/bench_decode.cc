@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/common/status_macros.h"
+#include "core/common/worker_pool.h"
 #include "core/kvcache/kv_pool.h"
 #include "core/kvcache/sequence_kv.h"
 #include "core/model/forward_batch.h"
@@ -22,12 +24,162 @@ struct Mode {
   int max_backbone_layers;  // forced exit (-1: none)
 };
 
+// The decode sequences of one batch size: their KV pages, views and random prompts.
+struct BatchState {
+  std::unique_ptr<KvPool> pool;
+  std::vector<SequenceKv> sequences;
+  std::vector<PagedKvView> views;
+  std::vector<std::vector<int32_t>> prompts;
+};
+
+int64_t KvBytesPerPosition(const LlamaConfig& c) {
+  return int64_t{2} * c.n_layers * c.n_kv_heads * c.head_dim * static_cast<int64_t>(sizeof(float));
+}
+
+absl::StatusOr<BatchState> MakeBatch(const LlamaConfig& c, int batch, int positions) {
+  BatchState state;
+  ESTUARY_ASSIGN_OR_RETURN(
+      state.pool, KvPool::Create(KvLayout::FromConfig(c, 16),
+                                 (int64_t{batch} * (positions + 16)) * KvBytesPerPosition(c)));
+  state.sequences.reserve(static_cast<size_t>(batch));
+  state.views.reserve(static_cast<size_t>(batch));
+  state.prompts.resize(static_cast<size_t>(batch));
+  return state;
+}
+
+// Fills `state` with `batch` sequences and prefills their prompts (full backbone, not timed);
+// every mode then decodes from there.
+absl::Status PrefillBatch(const LlamaModel& model, const BenchDecodeOptions& options, int batch,
+                          int positions, const kernels::cpu::MatMulOptions& matmul,
+                          std::mt19937& rng, BatchState& state) {
+  const LlamaConfig& c = model.config();
+  std::uniform_int_distribution<int32_t> token(0, c.vocab_size - 1);
+  for (int b = 0; b < batch; ++b) {
+    state.sequences.emplace_back(state.pool.get());
+    ESTUARY_RETURN_IF_ERROR(state.sequences.back().Reserve(positions));
+    state.views.emplace_back(&state.sequences.back());
+    for (int t = 0; t < options.prompt_len; ++t) state.prompts[b].push_back(token(rng));
+  }
+  std::vector<BatchEntry> entries(static_cast<size_t>(batch));
+  for (int b = 0; b < batch; ++b) {
+    entries[b].tokens = state.prompts[b];
+    entries[b].kv = &state.views[b];
+  }
+  ForwardOptions forward;
+  forward.matmul = matmul;
+  std::vector<float> logits(static_cast<size_t>(batch) * static_cast<size_t>(c.vocab_size));
+  std::vector<EntryOutcome> outcomes(static_cast<size_t>(batch));
+  return ForwardBatch(model, entries, forward, absl::MakeSpan(logits), absl::MakeSpan(outcomes));
+}
+
+// Times options.steps decode steps of `mode` (after one warm-up step) on the prefilled batch.
+absl::StatusOr<BenchDecodeRow> TimeMode(const LlamaModel& model, const River& river,
+                                        const BenchDecodeOptions& options, const Mode& mode,
+                                        int batch, const kernels::cpu::MatMulOptions& matmul,
+                                        BatchState& state) {
+  const LlamaConfig& c = model.config();
+  const size_t vocab = static_cast<size_t>(c.vocab_size);
+  ForwardOptions forward;
+  forward.matmul = matmul;
+  if (mode.use_river) {
+    forward.river = &river;
+    forward.policy.max_backbone_layers = mode.max_backbone_layers;
+    forward.policy.min_backbone_layers = std::min(1, mode.max_backbone_layers);
+  }
+  std::vector<int32_t> next(static_cast<size_t>(batch), 1);
+  std::vector<float> logits(static_cast<size_t>(batch) * vocab);
+  std::vector<EntryOutcome> outcomes(static_cast<size_t>(batch));
+  absl::Duration timed;
+  for (int step = 0; step <= options.steps; ++step) {  // step 0 warms up
+    std::vector<BatchEntry> entries(static_cast<size_t>(batch));
+    for (int b = 0; b < batch; ++b) {
+      entries[b].tokens = absl::MakeConstSpan(&next[b], 1);
+      entries[b].start_pos = options.prompt_len + step;
+      entries[b].kv = &state.views[b];
+      entries[b].exit_threshold = 2.0f;  // no early exit: only the forced one
+    }
+    const absl::Time start = absl::Now();
+    ESTUARY_RETURN_IF_ERROR(ForwardBatch(model, entries, forward, absl::MakeSpan(logits),
+                                         absl::MakeSpan(outcomes)));
+    for (int b = 0; b < batch; ++b) {
+      next[b] = Argmax(absl::MakeConstSpan(logits.data() + b * vocab, vocab));
+    }
+    if (step > 0) timed += absl::Now() - start;
+  }
+  BenchDecodeRow row;
+  row.mode = mode.name;
+  row.batch = batch;
+  row.backbone_layers = outcomes[0].backbone_layers;
+  const double step_seconds = absl::ToDoubleSeconds(timed) / options.steps;
+  const double mean_positions = options.prompt_len + 1 + options.steps / 2.0;
+  const double weight_bytes =
+      static_cast<double>(DecodeStepWeightBytes(model, &river, row.backbone_layers));
+  const double step_bytes =
+      weight_bytes + batch * mean_positions * static_cast<double>(KvBytesPerPosition(c));
+  row.tokens_per_second = batch / step_seconds;
+  row.bytes_per_token = step_bytes / batch;
+  row.effective_bytes_per_second = weight_bytes / step_seconds;
+  return row;
+}
+
+const BenchDecodeRow* FindRow(const std::vector<BenchDecodeRow>& rows, const std::string& mode,
+                              int batch) {
+  for (const BenchDecodeRow& r : rows) {
+    if (r.mode == mode && r.batch == batch) return &r;
+  }
+  return nullptr;
+}
+
+// tokens/s of `mode` over full depth's at `batch`; 0 without both rows.
+double SpeedupOverFull(const std::vector<BenchDecodeRow>& rows, const std::string& mode,
+                       int batch) {
+  const BenchDecodeRow* row = FindRow(rows, mode, batch);
+  const BenchDecodeRow* full = FindRow(rows, "full", batch);
+  if (row == nullptr || full == nullptr || full->tokens_per_second <= 0) return 0;
+  return row->tokens_per_second / full->tokens_per_second;
+}
+
+nlohmann::ordered_json VariantJson(const kernels::cpu::StreamReadVariant& v) {
+  return {{"threads", v.threads},
+          {"huge_pages", v.huge_pages},
+          {"prefetch_bytes", v.prefetch_bytes},
+          {"gbytes_per_second", v.bytes_per_second / 1e9}};
+}
+
+std::string VariantLabel(const kernels::cpu::StreamReadVariant& v) {
+  return absl::StrFormat("%s pages, %s", v.huge_pages ? "2 MiB" : "4 KiB",
+                         v.prefetch_bytes > 0 ? absl::StrFormat("prefetch %zu B", v.prefetch_bytes)
+                                              : std::string("no prefetch"));
+}
+
+std::string HugeFraction(double fraction) {
+  return fraction < 0 ? std::string("unknown") : absl::StrFormat("%.0f%%", 100 * fraction);
+}
+
 }  // namespace
 
-absl::StatusOr<std::vector<BenchDecodeRow>> RunBenchDecode(const LlamaModel& model,
-                                                           const River& river,
-                                                           const BenchDecodeOptions& options,
-                                                           double stream_bytes_per_second) {
+std::vector<BenchDecodeTarget> Issue18DecodeTargets(const std::vector<BenchDecodeRow>& rows) {
+  std::vector<BenchDecodeTarget> targets;
+  if (const BenchDecodeRow* full = FindRow(rows, "full", 1)) {
+    targets.push_back({"full b1 effective", "GB/s", 30.0, full->effective_bytes_per_second / 1e9});
+  }
+  struct Ratio {
+    const char* mode;
+    int batch;
+    double target;
+  };
+  for (const Ratio& r : {Ratio{"river", 1, 1.9}, Ratio{"river", 4, 1.4}, Ratio{"river", 16, 1.2},
+                         Ratio{"int4", 1, 2.7}, Ratio{"int4", 4, 1.5}}) {
+    const double measured = SpeedupOverFull(rows, r.mode, r.batch);
+    if (measured <= 0) continue;  // that batch was not run
+    targets.push_back(
+        {absl::StrFormat("%s / full b%d", r.mode, r.batch), "x full", r.target, measured});
+  }
+  return targets;
+}
+
+absl::StatusOr<BenchDecodeReport> RunBenchDecode(const LlamaModel& model, const River& river,
+                                                 const BenchDecodeOptions& options) {
   const LlamaConfig& c = model.config();
   if (options.exit_after < 0 || options.exit_after > c.n_layers) {
     return absl::InvalidArgumentError(absl::StrFormat("--exit-after = %d must be in [0, %d]",
@@ -37,120 +189,116 @@ absl::StatusOr<std::vector<BenchDecodeRow>> RunBenchDecode(const LlamaModel& mod
       options.prompt_len + options.steps + 1 > c.max_seq_len) {
     return absl::InvalidArgumentError("prompt length and steps must fit the context");
   }
+  for (int batch : options.batches) {
+    if (batch < 1) return absl::InvalidArgumentError("batch sizes must be >= 1");
+  }
+  BenchDecodeReport report;
+  report.threads = options.threads > 0
+                       ? options.threads
+                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  report.weight_dtype = std::string(DTypeName(model.weights().lm_head.dtype()));
+  // The ceiling is measured before the decode (its buffer freed before the model runs) and again
+  // after it, each variant keeping its faster figure: on a shared machine a neighbour's burst
+  // during one measurement must not lower the ceiling the rows are judged against.
+  kernels::cpu::StreamReadOptions stream;
+  stream.bytes = options.stream_bytes;
+  stream.repetitions = options.stream_repetitions;
+  stream.max_threads = report.threads;
+  const kernels::cpu::StreamReadResult before = kernels::cpu::MeasureStreamRead(stream);
+
+  WorkerPool pool(report.threads);  // the rank's pool, as ShardedModel gives each rank
+  const kernels::cpu::MatMulOptions matmul{kernels::cpu::MatMulPath::kFastest, &pool};
   const Mode modes[] = {{"full", false, -1},
                         {"river", true, options.exit_after},
                         {"int4", true, 0}};
-  const size_t vocab = static_cast<size_t>(c.vocab_size);
-  const int64_t kv_bytes_per_position =
-      int64_t{2} * c.n_layers * c.n_kv_heads * c.head_dim * static_cast<int64_t>(sizeof(float));
-  std::vector<BenchDecodeRow> rows;
   std::mt19937 rng(7);
-
   for (int batch : options.batches) {
-    if (batch < 1) return absl::InvalidArgumentError("batch sizes must be >= 1");
     const int positions = options.prompt_len + options.steps + 2;
-    ESTUARY_ASSIGN_OR_RETURN(
-        std::unique_ptr<KvPool> pool,
-        KvPool::Create(KvLayout::FromConfig(c, 16),
-                       (int64_t{batch} * (positions + 16)) * kv_bytes_per_position));
-    std::vector<SequenceKv> sequences;
-    sequences.reserve(static_cast<size_t>(batch));
-    std::vector<PagedKvView> views;
-    views.reserve(static_cast<size_t>(batch));
-    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
-    std::uniform_int_distribution<int32_t> token(0, c.vocab_size - 1);
-    for (int b = 0; b < batch; ++b) {
-      sequences.emplace_back(pool.get());
-      ESTUARY_RETURN_IF_ERROR(sequences.back().Reserve(positions));
-      views.emplace_back(&sequences.back());
-      for (int t = 0; t < options.prompt_len; ++t) prompts[b].push_back(token(rng));
-    }
-    // Prefill every sequence once (full backbone, not timed); each mode then decodes from there.
-    {
-      std::vector<BatchEntry> entries(static_cast<size_t>(batch));
-      for (int b = 0; b < batch; ++b) {
-        entries[b].tokens = prompts[b];
-        entries[b].kv = &views[b];
-      }
-      std::vector<float> logits(static_cast<size_t>(batch) * vocab);
-      std::vector<EntryOutcome> outcomes(static_cast<size_t>(batch));
-      ESTUARY_RETURN_IF_ERROR(ForwardBatch(model, entries, ForwardOptions(),
-                                           absl::MakeSpan(logits), absl::MakeSpan(outcomes)));
-    }
-
+    ESTUARY_ASSIGN_OR_RETURN(BatchState state, MakeBatch(c, batch, positions));
+    ESTUARY_RETURN_IF_ERROR(PrefillBatch(model, options, batch, positions, matmul, rng, state));
     for (const Mode& mode : modes) {
-      ForwardOptions forward;
-      if (mode.use_river) {
-        forward.river = &river;
-        forward.policy.max_backbone_layers = mode.max_backbone_layers;
-        forward.policy.min_backbone_layers = std::min(1, mode.max_backbone_layers);
-      }
-      std::vector<int32_t> next(static_cast<size_t>(batch), 1);
-      std::vector<float> logits(static_cast<size_t>(batch) * vocab);
-      std::vector<EntryOutcome> outcomes(static_cast<size_t>(batch));
-      absl::Duration timed;
-      for (int step = 0; step <= options.steps; ++step) {  // step 0 warms up
-        std::vector<BatchEntry> entries(static_cast<size_t>(batch));
-        for (int b = 0; b < batch; ++b) {
-          entries[b].tokens = absl::MakeConstSpan(&next[b], 1);
-          entries[b].start_pos = options.prompt_len + step;
-          entries[b].kv = &views[b];
-          entries[b].exit_threshold = 2.0f;  // no early exit: only the forced one
-        }
-        const absl::Time start = absl::Now();
-        ESTUARY_RETURN_IF_ERROR(ForwardBatch(model, entries, forward, absl::MakeSpan(logits),
-                                             absl::MakeSpan(outcomes)));
-        for (int b = 0; b < batch; ++b) {
-          next[b] = Argmax(absl::MakeConstSpan(logits.data() + b * vocab, vocab));
-        }
-        if (step > 0) timed += absl::Now() - start;
-      }
-      const int backbone = outcomes[0].backbone_layers;
-      const double step_seconds = absl::ToDoubleSeconds(timed) / options.steps;
-      const double mean_positions = options.prompt_len + 1 + options.steps / 2.0;
-      const double step_bytes =
-          static_cast<double>(DecodeStepWeightBytes(model, &river, backbone)) +
-          batch * mean_positions * static_cast<double>(kv_bytes_per_position);
-      BenchDecodeRow row;
-      row.mode = mode.name;
-      row.batch = batch;
-      row.tokens_per_second = batch / step_seconds;
-      row.bytes_per_token = step_bytes / batch;
-      row.roofline_fraction =
-          stream_bytes_per_second > 0 ? step_bytes / step_seconds / stream_bytes_per_second : 0;
-      rows.push_back(row);
+      ESTUARY_ASSIGN_OR_RETURN(
+          BenchDecodeRow row,
+          TimeMode(model, river, options, mode, batch, matmul, state));
+      report.rows.push_back(std::move(row));
     }
   }
-  return rows;
+  report.stream = kernels::cpu::FasterOf(before, kernels::cpu::MeasureStreamRead(stream));
+  const double ceiling = report.stream.ceiling_bytes_per_second();
+  for (BenchDecodeRow& row : report.rows) {
+    row.ceiling_fraction = ceiling > 0 ? row.effective_bytes_per_second / ceiling : 0;
+  }
+  report.targets = Issue18DecodeTargets(report.rows);
+  return report;
 }
 
-std::string BenchDecodeJson(const std::vector<BenchDecodeRow>& rows, double stream_gbps) {
+std::string BenchDecodeJson(const BenchDecodeReport& report) {
+  const kernels::cpu::StreamReadResult& s = report.stream;
   nlohmann::ordered_json out;
-  out["stream_read_gbytes_per_second"] = stream_gbps;
+  out["threads"] = report.threads;
+  out["weight_dtype"] = report.weight_dtype;
+  out["stream_read_gbytes_per_second"] = s.ceiling_bytes_per_second() / 1e9;  // the ceiling
+  out["ceiling_threads"] = s.ceiling() != nullptr ? s.ceiling()->threads : 0;
+  nlohmann::ordered_json stream;
+  stream["bytes"] = s.bytes;
+  stream["one_thread_gbytes_per_second"] = s.best.empty() ? 0.0 : s.best[0].bytes_per_second / 1e9;
+  stream["huge_fraction_advised"] = s.huge_fraction_advised;
+  stream["huge_fraction_not_advised"] = s.huge_fraction_not_advised;
+  stream["best"] = nlohmann::ordered_json::array();
+  for (const auto& v : s.best) stream["best"].push_back(VariantJson(v));
+  stream["variants"] = nlohmann::ordered_json::array();
+  for (const auto& v : s.variants) stream["variants"].push_back(VariantJson(v));
+  out["stream_read"] = stream;
   out["rows"] = nlohmann::ordered_json::array();
-  for (const BenchDecodeRow& r : rows) {
+  for (const BenchDecodeRow& r : report.rows) {
     out["rows"].push_back({{"mode", r.mode},
                            {"batch", r.batch},
+                           {"backbone_layers", r.backbone_layers},
                            {"tokens_per_second", r.tokens_per_second},
+                           {"vs_full", SpeedupOverFull(report.rows, r.mode, r.batch)},
                            {"bytes_per_token", r.bytes_per_token},
-                           {"roofline_fraction", r.roofline_fraction}});
+                           {"effective_gbytes_per_second", r.effective_bytes_per_second / 1e9},
+                           {"ceiling_fraction", r.ceiling_fraction}});
+  }
+  out["targets"] = nlohmann::ordered_json::array();
+  for (const BenchDecodeTarget& t : report.targets) {
+    out["targets"].push_back({{"name", t.name},
+                              {"unit", t.unit},
+                              {"target", t.target},
+                              {"measured", t.measured},
+                              {"meets", t.meets()}});
   }
   return out.dump();
 }
 
-std::string BenchDecodeTable(const std::vector<BenchDecodeRow>& rows, double stream_gbps) {
-  std::string table =
-      absl::StrFormat("streaming read: %.2f GB/s (same run)\n%-6s %6s %12s %10s %14s %9s\n",
-                      stream_gbps, "mode", "batch", "tokens/s", "vs full", "MB/token",
-                      "roofline");
-  for (const BenchDecodeRow& r : rows) {
-    double full = 0;
-    for (const BenchDecodeRow& f : rows) {
-      if (f.mode == "full" && f.batch == r.batch) full = f.tokens_per_second;
-    }
-    absl::StrAppendFormat(&table, "%-6s %6d %12.2f %9.2fx %14.1f %9.3f\n", r.mode, r.batch,
-                          r.tokens_per_second, full > 0 ? r.tokens_per_second / full : 0.0,
-                          r.bytes_per_token / 1e6, r.roofline_fraction);
+std::string BenchDecodeTable(const BenchDecodeReport& report) {
+  const kernels::cpu::StreamReadResult& s = report.stream;
+  std::string table = absl::StrFormat(
+      "read ceiling (same run, %.2f GiB buffer, best pass before and after the decode): "
+      "%.2f GB/s at %d of %d threads\n",
+      s.bytes / double(size_t{1} << 30), s.ceiling_bytes_per_second() / 1e9,
+      s.ceiling() != nullptr ? s.ceiling()->threads : 0, report.threads);
+  for (const auto& v : s.best) {
+    absl::StrAppendFormat(&table, "  %d thread%s: %6.2f GB/s (%s)\n", v.threads,
+                          v.threads == 1 ? " " : "s", v.bytes_per_second / 1e9, VariantLabel(v));
+  }
+  absl::StrAppendFormat(&table, "  2 MiB pages granted: %s advised, %s not advised\n",
+                        HugeFraction(s.huge_fraction_advised),
+                        HugeFraction(s.huge_fraction_not_advised));
+  absl::StrAppendFormat(&table, "decode on %d threads, %s weights\n", report.threads,
+                        report.weight_dtype);
+  absl::StrAppendFormat(&table, "%-6s %6s %9s %12s %9s %11s %10s %9s\n", "mode", "batch",
+                        "backbone", "tokens/s", "vs full", "MB/token", "eff GB/s", "ceiling");
+  for (const BenchDecodeRow& r : report.rows) {
+    absl::StrAppendFormat(&table, "%-6s %6d %9d %12.2f %8.2fx %11.1f %10.2f %9.3f\n", r.mode,
+                          r.batch, r.backbone_layers, r.tokens_per_second,
+                          SpeedupOverFull(report.rows, r.mode, r.batch), r.bytes_per_token / 1e6,
+                          r.effective_bytes_per_second / 1e9, r.ceiling_fraction);
+  }
+  table += "issue 18 targets:\n";
+  for (const BenchDecodeTarget& t : report.targets) {
+    absl::StrAppendFormat(&table, "  %-18s >= %5.2f %-6s measured %6.2f  %s\n", t.name, t.target,
+                          t.unit, t.measured, t.meets() ? "meets" : "misses");
   }
   return table;
 }

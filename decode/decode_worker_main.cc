@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "cli/command_tables.h"
+#include "cli/kernel_flags.h"
 #include "cli/river_flags.h"
 #include "core/common/status_macros.h"
 #include "decode/decode_service.h"
@@ -35,6 +36,7 @@ namespace {
 absl::Status Run() {
   worker::WorkerProcessOptions process = worker::WorkerProcessOptionsFromFlags();
   ESTUARY_RETURN_IF_ERROR(worker::ValidateWorkerProcessOptions(process));
+  ESTUARY_RETURN_IF_ERROR(cli::ApplyKernelFlags());
   DecodeServiceOptions options;
   options.model_id = process.model_id;
   ESTUARY_ASSIGN_OR_RETURN(options.engine.kv_cache_bytes, worker::KvCacheBytesFromFlags(process));

@@ -11,6 +11,7 @@
 
 #include "absl/flags/flag.h"
 #include "cli/command_tables.h"
+#include "cli/kernel_flags.h"
 #include "core/common/status_macros.h"
 #include "prefill/prefill_service.h"
 #include "process/process_main.h"
@@ -22,6 +23,7 @@ namespace {
 absl::Status Run() {
   worker::WorkerProcessOptions process = worker::WorkerProcessOptionsFromFlags();
   ESTUARY_RETURN_IF_ERROR(worker::ValidateWorkerProcessOptions(process));
+  ESTUARY_RETURN_IF_ERROR(cli::ApplyKernelFlags());
   PrefillServiceOptions options;
   options.model_id = process.model_id;
   ESTUARY_ASSIGN_OR_RETURN(options.engine.kv_cache_bytes, worker::KvCacheBytesFromFlags(process));

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
+#include "core/common/worker_pool.h"
 #include "core/kvcache/kv_pool.h"
 
 namespace estuary {
@@ -17,12 +18,14 @@ namespace estuary {
 // (position p in pages[p / block_size], slot p % block_size). Covers decode (n_queries = 1) and
 // prefill chunks. Preconditions: pages cover start_pos + n_queries positions, n_heads is a
 // multiple of the pool's n_kv_heads; K/V are read from TP shard `shard` of the pool (whose
-// n_kv_heads are that rank's heads, and n_heads the rank's query heads). Pure function of its arguments; thread-safe (scratch is
-// thread-local) as long as nobody writes the positions read.
-// `threads` > 1 splits long prefill chunks' queries over that many threads (the output is the
-// same bits either way).
+// n_kv_heads are that rank's heads, and n_heads the rank's query heads). Pure function of its
+// arguments; thread-safe (scratch is thread-local) as long as nobody writes the positions read.
+// `workers`: the rank's pool (null: the caller's thread alone). The (query, KV head) pairs are
+// spread over it when the call is long enough to pay (a batch-1 decode step's 8 KV heads
+// included); each pair's arithmetic is the same on any thread, so the output is the same bits
+// whatever the pool. Must not be called from inside a ParallelFor of `workers`.
 void PagedAttention(const float* q, int n_queries, int start_pos, const KvPool& pool,
                     absl::Span<const int32_t> pages, int layer, int n_heads, float* out,
-                    int shard = 0, int threads = 1);
+                    int shard = 0, WorkerPool* workers = nullptr);
 
 }  // namespace estuary

@@ -1,9 +1,11 @@
 #include "core/model/decoder_layer.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "core/common/status_macros.h"
+#include "core/common/worker_pool.h"
 #include "core/kernels/cpu/kernels.h"
 
 namespace estuary {
@@ -18,6 +20,23 @@ absl::Status AddResidual(const ForwardOptions& options, float* x, std::vector<fl
   }
   for (size_t i = 0; i < y.size(); ++i) x[i] += y[i];
   return absl::OkStatus();
+}
+
+// The row-wise kernels (RmsNorm, RoPE, SwiGLU) split a group's rows over the rank's pool only
+// from this many rows per part on: prefill chunks and large decode batches. A few rows are
+// microseconds of work, less than waking the pool pays for (the matrix products and attention
+// split themselves by their own measure). Each row's arithmetic is the same on any thread, so
+// the split changes no bit.
+constexpr int64_t kMinRowsPerPart = 16;
+
+void ForRowBlocks(WorkerPool* pool, int64_t rows, const WorkerPool::RangeFn& fn) {
+  const int64_t parts =
+      pool == nullptr ? 1 : std::min<int64_t>(pool->size(), rows / kMinRowsPerPart);
+  if (parts <= 1) {
+    fn(0, rows);
+    return;
+  }
+  pool->ParallelFor(rows, fn, static_cast<int>(parts));
 }
 
 }  // namespace
@@ -37,39 +56,62 @@ absl::Status RunDecoderLayer(const LlamaModel& model, int layer, const LayerProj
   std::vector<float> xb(rows * dim), q(rows * q_dim), kk(rows * kv_dim), vv(rows * kv_dim),
       att(rows * q_dim), proj_out(rows * dim), gate(rows * hidden), up(rows * hidden);
 
+  // xb = RmsNorm(x) with `norm`, row blocks on the pool.
+  const auto rms_norm = [&](const Tensor& norm) {
+    ForRowBlocks(mm.pool, rows, [&](int64_t begin, int64_t end) {
+      k::RmsNorm(x + begin * dim, norm, end - begin, dim, c.rms_eps, xb.data() + begin * dim);
+    });
+  };
+
   // Attention block.
-  k::RmsNorm(x, w.attn_norm, rows, dim, c.rms_eps, xb.data());
+  rms_norm(w.attn_norm);
   ESTUARY_RETURN_IF_ERROR(proj.wq.Apply(xb.data(), rows, q.data(), mm));
   ESTUARY_RETURN_IF_ERROR(proj.wk.Apply(xb.data(), rows, kk.data(), mm));
   ESTUARY_RETURN_IF_ERROR(proj.wv.Apply(xb.data(), rows, vv.data(), mm));
+  // RoPE on every row (position of row r: positions[r]), then K/V written per sequence on this
+  // thread (a KvView is used by one thread at a time).
+  std::vector<int> positions(static_cast<size_t>(rows));
+  for (size_t next = 0; const BatchEntry* e : group) {
+    for (size_t t = 0; t < e->tokens.size(); ++t) {
+      positions[next++] = e->start_pos + static_cast<int>(t);
+    }
+  }
+  ForRowBlocks(mm.pool, rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int pos = positions[static_cast<size_t>(r)];
+      k::ApplyRope(q.data() + r * q_dim, n_heads, c.head_dim, pos, model.rope_inv_freq(),
+                   c.rope_style);
+      k::ApplyRope(kk.data() + r * kv_dim, n_kv_heads, c.head_dim, pos, model.rope_inv_freq(),
+                   c.rope_style);
+    }
+  });
   int64_t row = 0;
   for (size_t g = 0; g < group.size(); ++g) {
     const BatchEntry& e = *group[g];
     const int64_t n = static_cast<int64_t>(e.tokens.size());
     for (int64_t t = 0; t < n; ++t) {
-      const int pos = e.start_pos + static_cast<int>(t);
-      k::ApplyRope(q.data() + (row + t) * q_dim, n_heads, c.head_dim, pos,
-                   model.rope_inv_freq(), c.rope_style);
-      k::ApplyRope(kk.data() + (row + t) * kv_dim, n_kv_heads, c.head_dim, pos,
-                   model.rope_inv_freq(), c.rope_style);
-      e.kv->Write(layer, pos, kk.data() + (row + t) * kv_dim, vv.data() + (row + t) * kv_dim);
+      e.kv->Write(layer, e.start_pos + static_cast<int>(t), kk.data() + (row + t) * kv_dim,
+                  vv.data() + (row + t) * kv_dim);
     }
     if (tap) {
       tap(static_cast<int>(g), xb.data() + row * dim, kk.data() + row * kv_dim,
           vv.data() + row * kv_dim);
     }
     e.kv->Attend(layer, q.data() + row * q_dim, static_cast<int>(n), e.start_pos, n_heads,
-                 att.data() + row * q_dim, mm.pool != nullptr ? mm.pool->size() : 1);
+                 att.data() + row * q_dim, mm.pool);
     row += n;
   }
   ESTUARY_RETURN_IF_ERROR(proj.wo.Apply(att.data(), rows, proj_out.data(), mm));
   ESTUARY_RETURN_IF_ERROR(AddResidual(options, x, proj_out));
 
   // MLP block.
-  k::RmsNorm(x, w.ffn_norm, rows, dim, c.rms_eps, xb.data());
+  rms_norm(w.ffn_norm);
   ESTUARY_RETURN_IF_ERROR(proj.w_gate.Apply(xb.data(), rows, gate.data(), mm));
   ESTUARY_RETURN_IF_ERROR(proj.w_up.Apply(xb.data(), rows, up.data(), mm));
-  k::SwiGlu(gate.data(), up.data(), rows * hidden, gate.data());
+  ForRowBlocks(mm.pool, rows, [&](int64_t begin, int64_t end) {
+    k::SwiGlu(gate.data() + begin * hidden, up.data() + begin * hidden, (end - begin) * hidden,
+              gate.data() + begin * hidden);
+  });
   ESTUARY_RETURN_IF_ERROR(proj.w_down.Apply(gate.data(), rows, proj_out.data(), mm));
   ESTUARY_RETURN_IF_ERROR(AddResidual(options, x, proj_out));
   return absl::OkStatus();

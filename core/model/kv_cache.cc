@@ -45,7 +45,7 @@ void ContiguousKvCache::Write(int layer, int pos, const float* k, const float* v
 }
 
 void ContiguousKvCache::Attend(int layer, const float* q, int n_queries, int start_pos,
-                               int n_heads, float* out, int /*threads*/) const {
+                               int n_heads, float* out, WorkerPool* /*workers*/) const {
   const int64_t base = Offset(layer, 0);
   kernels::cpu::CausalAttention(q, n_queries, start_pos, keys_.data() + base,
                                 values_.data() + base, n_heads, n_kv_heads_, head_dim_, out);

@@ -22,9 +22,10 @@ class ContiguousKvCache final : public KvView {
 
   int capacity() const override { return capacity_; }
   void Write(int layer, int pos, const float* k, const float* v) override;
-  // Single-threaded (`estuary generate`'s path); `threads` is ignored.
+  // kernels::cpu::CausalAttention on the caller's thread (`estuary generate`'s path, and the
+  // reference the paged pool is tested against); `workers` is not used.
   void Attend(int layer, const float* q, int n_queries, int start_pos, int n_heads, float* out,
-              int threads) const override;
+              WorkerPool* workers) const override;
   void SetProvenance(int pos, uint8_t last_backbone_layer) override {
     provenance_[static_cast<size_t>(pos)] = last_backbone_layer;
   }

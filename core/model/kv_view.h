@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/common/worker_pool.h"
 #include "core/kvcache/kv_pool.h"  // kProvenanceFullDepth
 
 namespace estuary {
@@ -25,10 +26,10 @@ class KvView {
   virtual void Write(int layer, int pos, const float* k, const float* v) = 0;
   // Causal attention of `n_queries` queries ([n_queries][n_heads][head_dim]) at positions
   // start_pos.. against positions [0, start_pos + t] of `layer`; writes [n_queries][n_heads][hd].
-  // `threads`: how many threads a long chunk's queries may be spread over (an implementation
-  // may use fewer); the output does not depend on it.
+  // `workers`: the rank's pool (null: the caller's thread), over which an implementation may
+  // spread the work; the output does not depend on it. Not called from inside its ParallelFor.
   virtual void Attend(int layer, const float* q, int n_queries, int start_pos, int n_heads,
-                      float* out, int threads) const = 0;
+                      float* out, WorkerPool* workers) const = 0;
   // Records the last backbone layer whose KV this position holds (kProvenanceFullDepth: all).
   virtual void SetProvenance(int pos, uint8_t last_backbone_layer) = 0;
 };

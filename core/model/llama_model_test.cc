@@ -1,11 +1,18 @@
 #include "core/model/llama_model.h"
 
 #include <cmath>
+#include <memory>
 #include <random>
+#include <vector>
 
+#include "core/common/worker_pool.h"
+#include "core/kvcache/kv_pool.h"
+#include "core/kvcache/sequence_kv.h"
+#include "core/model/forward_batch.h"
 #include "core/model/generator.h"
 #include "core/model/kv_cache.h"
 #include "core/model/model_loader.h"
+#include "core/model/paged_kv_view.h"
 #include "gtest/gtest.h"
 
 namespace estuary {
@@ -33,6 +40,87 @@ TEST(LlamaModelTest, ChunkedAndStepwiseForwardAgree) {
                     .ok());
   }
   for (int i = 0; i < vocab; ++i) EXPECT_NEAR(chunk_logits[i], step_logits[i], 1e-4f) << i;
+}
+
+// What one forward pass leaves behind: the logits of both steps and every K/V slot written.
+struct ForwardTrace {
+  std::vector<float> logits;
+  std::vector<float> kv;
+};
+
+// A prefill of two sequences (130 and 70 tokens, one batch) and then their decode step, on
+// stories12L through paged KV, with the kernels on `pool` (null: the caller's thread).
+ForwardTrace TracePrefillAndDecode(const LlamaModel& model, kernels::cpu::MatMulPath path,
+                                   WorkerPool* pool) {
+  const LlamaConfig& c = model.config();
+  std::unique_ptr<KvPool> kv_pool =
+      KvPool::Create(KvLayout::FromConfig(c, 16), int64_t{16} << 20).value();
+  std::vector<int32_t> prompt(130);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    prompt[i] = static_cast<int32_t>((i * 37 + 1) % static_cast<size_t>(c.vocab_size));
+  }
+  const std::vector<int> lengths = {130, 70};
+  const std::vector<int32_t> next = {5, 7};
+  std::vector<std::unique_ptr<SequenceKv>> sequences;
+  std::vector<PagedKvView> views;
+  views.reserve(2);
+  for (int length : lengths) {
+    sequences.push_back(std::make_unique<SequenceKv>(kv_pool.get()));
+    EXPECT_TRUE(sequences.back()->Reserve(length + 1).ok());
+    views.emplace_back(sequences.back().get());
+  }
+  ForwardOptions options;
+  options.matmul = {path, pool};
+  ForwardTrace trace;
+  std::vector<float> logits(2 * static_cast<size_t>(c.vocab_size));
+  std::vector<EntryOutcome> outcomes(2);
+  for (const bool decode : {false, true}) {
+    std::vector<BatchEntry> entries(2);
+    for (size_t e = 0; e < 2; ++e) {
+      entries[e].kv = &views[e];
+      if (decode) {
+        entries[e].tokens = absl::MakeConstSpan(&next[e], 1);
+        entries[e].start_pos = lengths[e];
+      } else {
+        entries[e].tokens = absl::MakeConstSpan(prompt.data(), static_cast<size_t>(lengths[e]));
+      }
+    }
+    EXPECT_TRUE(ForwardBatch(model, entries, options, absl::MakeSpan(logits),
+                             absl::MakeSpan(outcomes))
+                    .ok());
+    trace.logits.insert(trace.logits.end(), logits.begin(), logits.end());
+  }
+  for (size_t e = 0; e < 2; ++e) {
+    for (int layer = 0; layer < c.n_layers; ++layer) {
+      for (int pos = 0; pos <= lengths[e]; ++pos) {
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          const float* k = sequences[e]->k_slot(layer, pos, h);
+          const float* v = sequences[e]->v_slot(layer, pos, h);
+          trace.kv.insert(trace.kv.end(), k, k + c.head_dim);
+          trace.kv.insert(trace.kv.end(), v, v + c.head_dim);
+        }
+      }
+    }
+  }
+  return trace;
+}
+
+// The rank's pool changes no bit of a forward pass: the matrix products (kBatchInvariant's
+// batched GEMV; kFastest sends these 200-row chunks to sgemm), paged attention's (query, KV head)
+// pairs, and the norms, RoPE and SwiGLU of a 200-row chunk split over it, each output element
+// computed on one thread in the serial order. Bit-exactness rule: EXPECT_EQ on logits and KV.
+TEST(LlamaModelTest, WorkerPoolGivesTheSerialBits) {
+  auto loaded = LoadModel("models/stories12L");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  WorkerPool two(2);
+  for (const auto path : {kernels::cpu::MatMulPath::kFastest,
+                          kernels::cpu::MatMulPath::kBatchInvariant}) {
+    const ForwardTrace serial = TracePrefillAndDecode(*loaded->model, path, nullptr);
+    const ForwardTrace split = TracePrefillAndDecode(*loaded->model, path, &two);
+    ASSERT_FALSE(serial.logits.empty());
+    EXPECT_EQ(serial.logits, split.logits) << static_cast<int>(path);
+    EXPECT_EQ(serial.kv, split.kv) << static_cast<int>(path);
+  }
 }
 
 TEST(LlamaModelTest, RejectsBadTokensAndPositions) {

@@ -18,8 +18,9 @@ class PagedKvView final : public KvView {
   void Write(int layer, int pos, const float* k, const float* v) override {
     sequence_->WriteKv(layer, pos, k, v, shard_);
   }
+  // PagedAttention on `workers` (its (query, KV head) pairs split over the pool).
   void Attend(int layer, const float* q, int n_queries, int start_pos, int n_heads, float* out,
-              int threads) const override;
+              WorkerPool* workers) const override;
   void SetProvenance(int pos, uint8_t last_backbone_layer) override {
     if (shard_ == 0) sequence_->SetProvenance(pos, last_backbone_layer);
   }

@@ -38,7 +38,8 @@ struct HelpCase {
 std::vector<HelpCase> HelpCases() {
   return {
       {{Estuary(), "generate"}, "usage: estuary generate",
-       {"--model", "--max-tokens", "--temperature", "--dtype", "--river"}, {"--num-requests"}},
+       {"--model", "--max-tokens", "--temperature", "--dtype", "--river", "--bf16-kernel"},
+       {"--num-requests"}},
       {{Estuary(), "up"}, "usage: estuary up",
        {"--prefill", "--decode", "--api-key", "--max-model-len", "--served-model-name",
         "--kv-cache-memory", "--max-num-seqs", "--exit-threshold", "--metrics-port"},
@@ -168,6 +169,10 @@ TEST(CommandFlagsRefusalTest, FlagsThatCannotApplyAreRefusedBeforeServing) {
        "--max-model-len = 100000 exceeds the model's context length"},
       {{BinaryPath("router/estuary-router"), "--model", kModel, "--max-model-len", "100000"},
        "--max-model-len = 100000 exceeds the model's context length"},
+      {{prefill, "--model", kModel, "--bf16-kernel", "sideways"},
+       "--bf16-kernel=sideways: use fma or dot"},
+      {{Estuary(), "generate", "--model", kModel, "--bf16-kernel", "f16"},
+       "--bf16-kernel=f16: use fma or dot"},
       {{decode, "--model", kModel, "--exit-rule", "split"},
        "--exit-rule applies to the exit river: add --river"},
       {{decode, "--model", kModel, "--river", "--exit-rule", "sideways"},

@@ -2,6 +2,9 @@
 //
 // Layouts: w is [rows][cols] row-major, x is [n_tokens][cols], y is [n_tokens][rows].
 //
+// GemvBatchBf16 runs bf16_dot.cc's AVX512-BF16 kernel instead where the CPU has it (the switch
+// is Bf16BatchPath in kernels.h); this file's bf16 kernel is then GemvBatchBf16Fma.
+//
 // A batched decode step multiplies each weight by a few token vectors. The token loop runs inside
 // the row loop, so each weight element is read from memory once per pass of up to ChunkTokens()
 // tokens (all of them at Llama-3.2-1B widths and the batch sizes MatMul sends here): a block of
@@ -31,9 +34,11 @@
 #ifndef ESTUARY_CORE_KERNELS_CPU_GEMV_BATCH_ONCE
 #define ESTUARY_CORE_KERNELS_CPU_GEMV_BATCH_ONCE
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
+#include "core/kernels/cpu/bf16_dot.h"
 #include "core/kernels/cpu/kernels.h"
 #endif
 
@@ -380,10 +385,33 @@ HWY_EXPORT(GemvBatchBf16Impl);
 HWY_EXPORT(GemvBatchF32Impl);
 HWY_EXPORT(GemvBatchF16Impl);
 
-void GemvBatchBf16(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows, int64_t cols,
-                   float* y) {
+namespace {
+
+std::atomic<Bf16BatchPath> g_bf16_path{Bf16BatchPath::kFma};
+
+}  // namespace
+
+void SetBf16BatchPath(Bf16BatchPath path) { g_bf16_path.store(path, std::memory_order_relaxed); }
+
+Bf16BatchPath GetBf16BatchPath() { return g_bf16_path.load(std::memory_order_relaxed); }
+
+bool Bf16BatchUsesDot() { return GetBf16BatchPath() == Bf16BatchPath::kDot && Bf16DotAvailable(); }
+
+void GemvBatchBf16Fma(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows,
+                      int64_t cols, float* y) {
   if (n_tokens <= 0 || rows <= 0) return;
   HWY_DYNAMIC_DISPATCH(GemvBatchBf16Impl)(w, x, n_tokens, rows, cols, y);
+}
+
+// The path is chosen per call but never by n_tokens or rows, so MatMulPath::kBatchInvariant
+// stays batch-invariant as long as the path is not switched in the middle of a prompt.
+void GemvBatchBf16(const uint16_t* w, const float* x, int64_t n_tokens, int64_t rows, int64_t cols,
+                   float* y) {
+  if (Bf16BatchUsesDot()) {
+    GemvBatchBf16Dot(w, x, n_tokens, rows, cols, y);
+  } else {
+    GemvBatchBf16Fma(w, x, n_tokens, rows, cols, y);
+  }
 }
 
 void GemvBatchF32(const float* w, const float* x, int64_t n_tokens, int64_t rows, int64_t cols,

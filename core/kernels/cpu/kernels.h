@@ -23,22 +23,26 @@ void SetCpuThreads(int threads);
 // runtime-dispatched: AVX2, AVX-512, ...); 2 to 64 tokens (a batched decode step) the batched
 // GEMV (GemvBatchBf16 & co.), which reads the weight once for all of them; larger batches
 // (prefill) a GEMM through OpenBLAS (bf16/f16 weights are widened to f32 a panel at a time),
-// whose per-call packing of the weight costs more than it saves for a few tokens.
+// whose per-call packing of the weight costs more than it saves for a few tokens. The GEMV and
+// batched GEMV split the weight's rows over MatMulOptions::pool when the call is big enough
+// (blocks start at multiples of 16 rows, so each row sits where it would in one call): the
+// output is bitwise the same with or without a pool, at any pool size (kernels_test).
 // INVALID_ARGUMENT when shapes or dtypes do not fit (weight must be a rank-2 host tensor).
 //
 // With MatMulPath::kBatchInvariant every token's row of y is bitwise the same whatever n_tokens
 // is and whichever other tokens share the call: all sizes run the batched GEMV (whose
 // accumulation order per output element does not depend on the token count, unlike OpenBLAS,
 // whose small-matrix kernels and blocking change with the shape), its rows split over
-// `threads` threads. Prefill uses it so that a prompt gives the same KV whatever its chunking.
+// the pool's threads. Prefill uses it so that a prompt gives the same KV whatever its chunking.
 enum class MatMulPath {
   kFastest,         // GEMV / batched GEMV / sgemm by token count, as above
-  kBatchInvariant,  // batched GEMV at every size, row blocks on `threads` threads
+  kBatchInvariant,  // batched GEMV at every size, row blocks on the pool
 };
 struct MatMulOptions {
   MatMulPath path = MatMulPath::kFastest;
   // The rank's worker threads (core/common/worker_pool.h); null: the caller's thread alone.
-  // kBatchInvariant splits rows over it; kFastest's sgemm uses SetCpuThreads().
+  // Both paths' (batched) GEMV split rows over it; kFastest's sgemm uses SetCpuThreads(). Not
+  // reentrant: MatMul must not be called from inside a ParallelFor of the same pool.
   WorkerPool* pool = nullptr;
 };
 [[nodiscard]] absl::Status MatMul(const Tensor& weight, const float* x, int64_t n_tokens,
@@ -106,5 +110,20 @@ void CausalAttention(const float* q, int n_queries, int start_pos, const float* 
 // out[t] = table[ids[t]] as f32. INVALID_ARGUMENT for an id outside the table.
 [[nodiscard]] absl::Status Embedding(const Tensor& table, absl::Span<const int32_t> ids,
                                      float* out);
+
+// Which path GemvBatchBf16 (and so MatMul's bf16 batches and kBatchInvariant prefill) takes:
+// kFma (the default) = the Highway f32-FMA path (GemvBatchBf16Fma: exact f32 products); kDot =
+// the AVX512-BF16 dot path (bf16_dot.h: activations rounded to bf16, error up to 2^-9 of
+// sum |w x|, about 1.4-1.9x the multiply-adds per second from 16 tokens up), where the CPU has
+// it (else kFma). Rounding activations to bf16 changes greedy tokens of bf16 models now and then
+// (stories12L as bf16: 83.6% of the f32 golden tokens against 100% on kFma), so it is opt-in:
+// `--bf16-kernel dot` (cli/kernel_flags.h). Process-wide: set it before concurrent calls, not
+// during them, and not in the middle of a prompt (a prompt's chunks must share one path to stay
+// batch-invariant). Defined in gemv_batch.cc.
+enum class Bf16BatchPath { kFma, kDot };
+void SetBf16BatchPath(Bf16BatchPath path);
+Bf16BatchPath GetBf16BatchPath();
+// True when GemvBatchBf16 runs the dot path now (the setting above and the CPU).
+bool Bf16BatchUsesDot();
 
 }  // namespace estuary::kernels::cpu

@@ -12,12 +12,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <numbers>
 #include <ostream>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "core/kernels/cpu/bf16_dot.h"
+#include "core/kernels/cpu/stream_read.h"
 #include "core/tensor/half_float.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
@@ -258,6 +263,36 @@ TEST(MatMulTest, BatchInvariantPathGivesTheSameBitsForAnyBatch) {
                           .ok());
         }
         EXPECT_EQ(y, whole) << DTypeName(dtype) << " chunk " << chunk << " threads " << threads;
+      }
+    }
+  }
+}
+
+// kFastest with a pool: the GEMV (1 token) and the batched GEMV (3, 17 tokens) split the rows
+// over the pool in blocks starting at multiples of 16 rows (several claimed blocks per thread up
+// to 16 tokens, one block per thread at 17). Bit-exactness rule: every output element is
+// bitwise the serial call's (no element changes its accumulation order), so this compares with
+// EXPECT_EQ; the serial call itself is checked against the double reference above.
+// The shapes make every call split (>= 2 * 2^18 multiply-adds) and cover odd row counts, a last
+// block ending in a partial register tile, and bf16 rows longer than 4096 columns (the GEMV's
+// 8-row blocks, whose leftover rows take a different accumulator layout).
+TEST(MatMulTest, RowSplitOverThePoolGivesTheSerialBits) {
+  WorkerPool pool(2);
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const Shape shape : {Shape{37, 20000}, Shape{333, 4100}, Shape{1001, 2048}}) {
+      const Tensor w = MakeTensor(dtype, {shape.rows, shape.cols},
+                                  RandomVector(shape.rows * shape.cols, 5));
+      for (const int64_t n : {1, 3, 17}) {
+        const std::vector<float> x = RandomVector(n * shape.cols, 6);
+        std::vector<float> serial(static_cast<size_t>(n * shape.rows), NAN);
+        std::vector<float> split(serial.size(), NAN);
+        ASSERT_TRUE(MatMul(w, x.data(), n, serial.data()).ok());
+        ASSERT_TRUE(MatMul(w, x.data(), n, split.data(), {MatMulPath::kFastest, &pool}).ok());
+        EXPECT_EQ(split, serial) << DTypeName(dtype) << " " << shape.rows << "x" << shape.cols
+                                 << " tokens " << n;
       }
     }
   }
@@ -561,6 +596,267 @@ TEST(EmbeddingTest, RejectsOutOfRangeIds) {
   const Tensor flat = MakeTensor(DType::kF32, {40}, RandomVector(40, 63));
   const std::vector<int32_t> ok_ids = {1};
   EXPECT_EQ(Embedding(flat, ok_ids, out.data()).code(), absl::StatusCode::kInvalidArgument);
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// StreamSum / MeasureStreamRead (stream_read.h). StreamSum is exact: u32 addition wraps mod 2^32
+// and is associative, so any accumulator order, prefetch distance or split over threads must
+// give the scalar reference's sum bit for bit. No timing assertion: the figures only have to be
+// positive and finite.
+
+uint32_t ScalarWordSum(const std::vector<uint8_t>& bytes, size_t offset, size_t size) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i + 4 <= size; i += 4) {
+    uint32_t word;
+    std::memcpy(&word, bytes.data() + offset + i, 4);
+    sum += word;
+  }
+  return sum;
+}
+
+TEST(StreamReadTest, SumMatchesScalarReference) {
+  std::mt19937 rng(91);
+  std::vector<uint8_t> bytes(3 * 4096 + 1000);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  // Unaligned starts, sizes that leave a partial vector and a partial word.
+  for (size_t offset : {size_t{0}, size_t{4}, size_t{7}}) {
+    for (size_t size : {size_t{0}, size_t{3}, size_t{60}, size_t{1024}, size_t{3 * 4096 + 37}}) {
+      for (size_t prefetch : {size_t{0}, size_t{256}, size_t{2048}}) {
+        EXPECT_EQ(StreamSum(bytes.data() + offset, size, prefetch),
+                  ScalarWordSum(bytes, offset, size))
+            << "offset " << offset << " size " << size << " prefetch " << prefetch;
+      }
+    }
+  }
+}
+
+TEST(StreamReadTest, SmallBufferGivesPositiveFiguresAndTheRightSum) {
+  StreamReadOptions options;
+  options.bytes = (size_t{1} << 20) + 5000;  // rounded down to 4 KiB: 257 pages
+  options.repetitions = 2;
+  options.max_threads = 2;
+  const StreamReadResult result = MeasureStreamRead(options);
+  ASSERT_EQ(result.bytes, size_t{257} * 4096);
+  // Every pass reads the whole 0x01-filled buffer, split over the threads.
+  EXPECT_EQ(result.checksum, static_cast<uint32_t>(result.bytes / 4 * 0x01010101u));
+  // 2 thread counts x 2 page kinds x 2 prefetch distances.
+  ASSERT_EQ(result.variants.size(), 8u);
+  ASSERT_EQ(result.best.size(), 2u);
+  for (const StreamReadVariant& v : result.variants) {
+    EXPECT_TRUE(std::isfinite(v.bytes_per_second) && v.bytes_per_second > 0) << v.threads;
+  }
+  EXPECT_EQ(result.best[0].threads, 1);
+  EXPECT_EQ(result.best[1].threads, 2);
+  EXPECT_EQ(result.ceiling_bytes_per_second(),
+            std::max(result.best[0].bytes_per_second, result.best[1].bytes_per_second));
+  EXPECT_GT(result.ceiling_bytes_per_second(), 0);
+}
+
+TEST(StreamReadTest, FasterOfKeepsEachVariantsFasterFigure) {
+  StreamReadResult a, b;
+  a.variants = {{1, true, 0, 10.0}, {2, true, 0, 30.0}, {2, false, 0, 25.0}};
+  b.variants = {{1, true, 0, 12.0}, {2, true, 0, 20.0}, {2, false, 0, 35.0}};
+  const StreamReadResult merged = FasterOf(a, b);
+  ASSERT_EQ(merged.variants.size(), 3u);
+  EXPECT_EQ(merged.variants[0].bytes_per_second, 12.0);
+  EXPECT_EQ(merged.variants[1].bytes_per_second, 30.0);
+  EXPECT_EQ(merged.variants[2].bytes_per_second, 35.0);
+  ASSERT_EQ(merged.best.size(), 2u);
+  EXPECT_EQ(merged.best[0].bytes_per_second, 12.0);
+  EXPECT_FALSE(merged.best[1].huge_pages);  // the 4 KiB-page variant won at 2 threads
+  EXPECT_EQ(merged.ceiling_bytes_per_second(), 35.0);
+  EXPECT_EQ(FasterOf(StreamReadResult{}, b).variants[2].bytes_per_second, 35.0);
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// GemvBatchBf16Dot (bf16_dot.h, issue 18 item 4) and GemvBatchBf16's choice of path.
+//
+// The tests above hold GemvBatchBf16 and MatMul to f32-product accuracy (2e-6 of sum |w x|),
+// which only its Highway f32-FMA path meets; the environment below pins that path for the whole
+// binary, and the Bf16Dot tests switch paths explicitly (Bf16PathScope) and restore it.
+//
+// Bit-exactness rule of the dot path: activations are rounded to bf16 (round to nearest even),
+// the bf16 x bf16 products are exact in f32 and accumulated in f32. So
+//   |y - exact| <= 2^-8 * sum_i |w_i x_i| + 1e-6   (2^-9 from rounding x, the rest summation)
+//   |y - ref over bf16(x)| <= 2e-6 * sum_i |w_i bf16(x_i)| + 1e-6   (summation error only)
+// and a (row, token) output is bitwise the same whatever n_tokens and whichever rows share the
+// call.
+
+// Sets GemvBatchBf16's path for one scope.
+class Bf16PathScope {
+ public:
+  explicit Bf16PathScope(Bf16BatchPath path) : saved_(GetBf16BatchPath()) {
+    SetBf16BatchPath(path);
+  }
+  ~Bf16PathScope() { SetBf16BatchPath(saved_); }
+  Bf16PathScope(const Bf16PathScope&) = delete;
+  Bf16PathScope& operator=(const Bf16PathScope&) = delete;
+
+ private:
+  Bf16BatchPath saved_;
+};
+
+#define ESTUARY_SKIP_WITHOUT_BF16_DOT()                                         \
+  if (!Bf16DotAvailable()) {                                                    \
+    GTEST_SKIP() << "this CPU lacks AVX512-BF16 (avx512f/bw/vl + avx512_bf16)"; \
+  }
+
+// Random bf16 weights [rows][cols] as raw bits.
+std::vector<uint16_t> RandomBf16(int64_t n, uint32_t seed) {
+  const std::vector<float> values = RandomVector(n, seed);
+  std::vector<uint16_t> bits(values.size());
+  std::transform(values.begin(), values.end(), bits.begin(), F32ToBf16);
+  return bits;
+}
+
+// Runs GemvBatchBf16Dot on random data and checks every output against both references above.
+void ExpectBf16DotMatchesReference(int64_t rows, int64_t cols, int64_t n_tokens) {
+  SCOPED_TRACE("Bf16Dot " + std::to_string(rows) + "x" + std::to_string(cols) + " tokens " +
+               std::to_string(n_tokens));
+  const std::vector<uint16_t> w = RandomBf16(rows * cols, static_cast<uint32_t>(rows * 3 + cols));
+  const std::vector<float> x = RandomVector(n_tokens * cols, static_cast<uint32_t>(n_tokens + 7));
+  std::vector<float> y(static_cast<size_t>(n_tokens * rows) + 1, NAN);  // one guard element
+  GemvBatchBf16Dot(w.data(), x.data(), n_tokens, rows, cols, y.data());
+  ASSERT_TRUE(std::isnan(y.back())) << "wrote past the end of y";
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t o = 0; o < rows; ++o) {
+      double exact = 0.0, rounded = 0.0, magnitude = 0.0, rounded_magnitude = 0.0;
+      for (int64_t i = 0; i < cols; ++i) {
+        const double wi = Bf16ToF32(w[static_cast<size_t>(o * cols + i)]);
+        const float xi = x[static_cast<size_t>(t * cols + i)];
+        const double xr = Bf16ToF32(F32ToBf16(xi));
+        exact += wi * xi;
+        magnitude += std::abs(wi * xi);
+        rounded += wi * xr;
+        rounded_magnitude += std::abs(wi * xr);
+      }
+      const double got = y[static_cast<size_t>(t * rows + o)];
+      ASSERT_NEAR(got, rounded, 2e-6 * rounded_magnitude + 1e-6) << "token " << t << " row " << o;
+      ASSERT_NEAR(got, exact, std::ldexp(magnitude, -8) + 1e-6) << "token " << t << " row " << o;
+    }
+  }
+}
+
+TEST(Bf16DotTest, MatchesDoubleReference) {
+  ESTUARY_SKIP_WITHOUT_BF16_DOT();
+  // rows: below, at and past multiples of the 4-row tile; cols: below one 32-column vector,
+  // around it, partial vectors and the Llama-3.2-1B widths; tokens: below, at and past
+  // multiples of the 4-token tile and of a 128-token pass at 2048 columns.
+  for (int64_t rows : {1, 3, 4, 5, 13}) {
+    for (int64_t cols : {1, 17, 31, 32, 33, 172, 2048}) {
+      for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 17}) {
+        ExpectBf16DotMatchesReference(rows, cols, n_tokens);
+      }
+    }
+  }
+  ExpectBf16DotMatchesReference(9, 2048, 130);  // two passes, the second of 2 tokens
+  ExpectBf16DotMatchesReference(5, 8192, 33);   // 32-token passes at 8192 columns
+}
+
+TEST(Bf16DotTest, ZeroTokensOrRowsWriteNothing) {
+  ESTUARY_SKIP_WITHOUT_BF16_DOT();
+  const std::vector<uint16_t> w(64, 0x3f80);  // bf16 1.0
+  const std::vector<float> x(64, 1.0f);
+  std::vector<float> y(4, -1.0f);
+  GemvBatchBf16Dot(w.data(), x.data(), 0, 2, 32, y.data());
+  GemvBatchBf16Dot(w.data(), x.data(), 2, 0, 32, y.data());
+  EXPECT_EQ(y, std::vector<float>(4, -1.0f));
+}
+
+// Every (row, token) of one call over all rows and tokens equals, bit for bit, the same element
+// computed one token at a time, in token groups of every size, and over row slices that put the
+// row at another place in the 4-row tiles (or in the 1-row remainder).
+TEST(Bf16DotTest, BitwiseBatchInvariant) {
+  ESTUARY_SKIP_WITHOUT_BF16_DOT();
+  for (const int64_t cols : {200, 2048}) {
+    const int64_t rows = 13, n = cols == 2048 ? 131 : 70;  // 131: past a 128-token pass
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    const std::vector<uint16_t> w = RandomBf16(rows * cols, 11);
+    const std::vector<float> x = RandomVector(n * cols, 12);
+    std::vector<float> whole(static_cast<size_t>(n * rows));
+    GemvBatchBf16Dot(w.data(), x.data(), n, rows, cols, whole.data());
+    for (const int64_t group : {1, 2, 3, 5, 64}) {
+      std::vector<float> y(whole.size());
+      for (int64_t t0 = 0; t0 < n; t0 += group) {
+        const int64_t m = std::min(group, n - t0);
+        GemvBatchBf16Dot(w.data(), x.data() + t0 * cols, m, rows, cols, y.data() + t0 * rows);
+      }
+      ASSERT_EQ(y, whole) << "token groups of " << group;
+    }
+    for (const int64_t begin : {1, 2, 9, 12}) {
+      const int64_t slice = rows - begin;
+      std::vector<float> y(static_cast<size_t>(n * slice));
+      GemvBatchBf16Dot(w.data() + begin * cols, x.data(), n, slice, cols, y.data());
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t o = 0; o < slice; ++o) {
+          ASSERT_EQ(y[static_cast<size_t>(t * slice + o)],
+                    whole[static_cast<size_t>(t * rows + begin + o)])
+              << "rows from " << begin << " token " << t << " row " << o;
+        }
+      }
+    }
+  }
+}
+
+// GemvBatchBf16 runs the path the switch names (bitwise the direct call), kFma by default, and
+// MatMul's batched and batch-invariant bf16 paths go through it.
+TEST(Bf16DotTest, DispatchFollowsTheSwitch) {
+  EXPECT_EQ(GetBf16BatchPath(), Bf16BatchPath::kFma);
+  ESTUARY_SKIP_WITHOUT_BF16_DOT();
+  const int64_t rows = 37, cols = 172, n = 9;
+  const std::vector<float> wf = RandomVector(rows * cols, 21);
+  const Tensor w = MakeTensor(DType::kBF16, {rows, cols}, wf);
+  const uint16_t* wb = w.data<uint16_t>();
+  const std::vector<float> x = RandomVector(n * cols, 22);
+  const size_t size = static_cast<size_t>(n * rows);
+  std::vector<float> dot(size), fma(size), got(size);
+  GemvBatchBf16Dot(wb, x.data(), n, rows, cols, dot.data());
+  GemvBatchBf16Fma(wb, x.data(), n, rows, cols, fma.data());
+  ASSERT_NE(dot, fma) << "the two paths should round differently on random data";
+  {
+    const Bf16PathScope scope(Bf16BatchPath::kDot);
+    EXPECT_TRUE(Bf16BatchUsesDot());
+    GemvBatchBf16(wb, x.data(), n, rows, cols, got.data());
+    EXPECT_EQ(got, dot);
+    ASSERT_TRUE(MatMul(w, x.data(), n, got.data()).ok());
+    EXPECT_EQ(got, dot) << "MatMul, 2..64 tokens";
+    WorkerPool pool(2);
+    ASSERT_TRUE(MatMul(w, x.data(), n, got.data(), {MatMulPath::kBatchInvariant, &pool}).ok());
+    EXPECT_EQ(got, dot) << "MatMul, kBatchInvariant";
+  }
+  {
+    const Bf16PathScope scope(Bf16BatchPath::kFma);
+    EXPECT_FALSE(Bf16BatchUsesDot());
+    GemvBatchBf16(wb, x.data(), n, rows, cols, got.data());
+    EXPECT_EQ(got, fma);
+  }
+}
+
+// The batch-invariant MatMul on the dot path: a token's bits do not depend on the prompt's
+// chunking nor on the thread count (the prefill contract), as the test above for the f32 path.
+TEST(Bf16DotTest, BatchInvariantMatMulGivesTheSameBitsForAnyChunking) {
+  ESTUARY_SKIP_WITHOUT_BF16_DOT();
+  const Bf16PathScope scope(Bf16BatchPath::kDot);
+  const int64_t rows = 300, cols = 200, n = 70;
+  const Tensor w = MakeTensor(DType::kBF16, {rows, cols}, RandomVector(rows * cols, 3));
+  const std::vector<float> x = RandomVector(n * cols, 4);
+  std::vector<float> whole(static_cast<size_t>(n * rows));
+  ASSERT_TRUE(MatMul(w, x.data(), n, whole.data(), {MatMulPath::kBatchInvariant, nullptr}).ok());
+  for (const int chunk : {1, 3, 16, 64}) {
+    for (const int threads : {1, 2}) {
+      WorkerPool pool(threads);
+      std::vector<float> y(whole.size());
+      for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+        const int64_t m = std::min<int64_t>(chunk, n - t0);
+        ASSERT_TRUE(MatMul(w, x.data() + t0 * cols, m, y.data() + t0 * rows,
+                           {MatMulPath::kBatchInvariant, &pool})
+                        .ok());
+      }
+      EXPECT_EQ(y, whole) << "chunk " << chunk << " threads " << threads;
+    }
+  }
 }
 
 }  // namespace
