@@ -415,8 +415,37 @@ bool Int4Matrix::GroupLanesFit(int64_t cols, int64_t group_size) {
   return last_cols == 0 || (last_cols % group_size == 0 && (last_cols / group_size) % 16 == 0);
 }
 
+namespace {
+
+// Where one code lives in a chunk's nibbles (int4_matrix.h), for tile row rr and panel column
+// cc; Code() reads through these and PermuteTileToGroupLanes moves codes between them.
+// kBlocks: the code in u16 word `word`, bits [shift, shift + 4).
+struct BlocksPlace {
+  int64_t word;
+  int shift;
+};
+BlocksPlace BlocksPlaceOf(int64_t rr, int64_t cc) {
+  constexpr int64_t kBlockCols = Int4Matrix::kBlockCols, kSliceCols = Int4Matrix::kSliceCols;
+  return {((cc / kBlockCols) * Int4Matrix::kTileRows + rr) * kSliceCols + cc % kSliceCols,
+          static_cast<int>(4 * ((cc % kBlockCols) / kSliceCols))};
+}
+// kGroupLanes: the code of column `within` of panel group `group` (G = group_size) in byte
+// `byte`, bits [shift, shift + 4).
+struct LanesPlace {
+  int64_t byte;
+  int shift;
+};
+LanesPlace LanesPlaceOf(int64_t rr, int64_t group, int64_t within, int64_t group_size) {
+  const int64_t block = (group / 16) * (group_size / 8) + within / 8;
+  const int64_t j = within % 8;
+  return {(block * Int4Matrix::kTileRows + rr) * Int4Matrix::kBlockBytes + 4 * (group % 16) +
+              j % 4,
+          j < 4 ? 0 : 4};
+}
+
+}  // namespace
+
 void Int4Matrix::PermuteTileToGroupLanes(int64_t tile) {
-  const int64_t g = group_size_, steps = g / 8;  // 64-byte blocks per superblock
   std::vector<uint8_t> blocks;
   for (int p = 0; p < n_panels(); ++p) {
     const Panel& pn = panel(p);
@@ -427,16 +456,11 @@ void Int4Matrix::PermuteTileToGroupLanes(int64_t tile) {
     const auto* words = reinterpret_cast<const uint16_t*>(blocks.data());
     for (int64_t rr = 0; rr < kTileRows; ++rr) {
       for (int64_t group = 0; group < pn.n_groups; ++group) {
-        for (int64_t k = 0; k < steps; ++k) {
-          uint8_t* to = nibbles + (((group / 16) * steps + k) * kTileRows + rr) * kBlockBytes +
-                        4 * (group % 16);
-          for (int64_t j = 0; j < 8; ++j) {
-            const int64_t cc = group * g + 8 * k + j;  // the column, kBlocks order below
-            const int64_t from =
-                ((cc / kBlockCols) * kTileRows + rr) * kSliceCols + cc % kSliceCols;
-            const int code = (words[from] >> (4 * ((cc % kBlockCols) / kSliceCols))) & 0xF;
-            to[j % 4] |= static_cast<uint8_t>(code << (j < 4 ? 0 : 4));
-          }
+        for (int64_t within = 0; within < group_size_; ++within) {
+          const BlocksPlace from = BlocksPlaceOf(rr, group * group_size_ + within);
+          const LanesPlace to = LanesPlaceOf(rr, group, within, group_size_);
+          const int code = (words[from.word] >> from.shift) & 0xF;
+          nibbles[to.byte] |= static_cast<uint8_t>(code << to.shift);
         }
       }
     }
@@ -446,21 +470,14 @@ void Int4Matrix::PermuteTileToGroupLanes(int64_t tile) {
 int Int4Matrix::Code(int64_t r, int64_t c) const {
   const int p = static_cast<int>(c / kPanelCols);
   const int64_t cc = c - panel(p).col0;
+  const int64_t rr = r % kTileRows;
   if (layout_ == Int4Layout::kGroupLanes) {
-    const int64_t group = cc / group_size_, within = cc % group_size_;
-    const int64_t block = (group / 16) * (group_size_ / 8) + within / 8;
-    const int64_t j = within % 8;
+    const LanesPlace at = LanesPlaceOf(rr, cc / group_size_, cc % group_size_, group_size_);
     const auto* bytes = reinterpret_cast<const uint8_t*>(chunk_nibbles(p, r / kTileRows));
-    const uint8_t byte =
-        bytes[(block * kTileRows + r % kTileRows) * kBlockBytes + 4 * (group % 16) + j % 4];
-    return (byte >> (j < 4 ? 0 : 4)) & 0xF;
+    return (bytes[at.byte] >> at.shift) & 0xF;
   }
-  const int64_t block = cc / kBlockCols;
-  const int64_t k = (cc % kBlockCols) / kSliceCols;
-  const int64_t j = cc % kSliceCols;
-  const uint16_t word =
-      chunk_nibbles(p, r / kTileRows)[(block * kTileRows + r % kTileRows) * kSliceCols + j];
-  return (word >> (4 * k)) & 0xF;
+  const BlocksPlace at = BlocksPlaceOf(rr, cc);
+  return (chunk_nibbles(p, r / kTileRows)[at.word] >> at.shift) & 0xF;
 }
 
 float Int4Matrix::Scale(int64_t r, int64_t g) const {
