@@ -249,26 +249,30 @@ TEST(GemvBatchTest, EveryCompiledTargetMatchesReference) {
 
 // kBatchInvariant: a token's output bits do not depend on how many tokens share the call, nor
 // on the thread count (what makes chunked prefill write the same KV whatever the chunk size).
+void ExpectBatchInvariantForAnyChunking(DType dtype) {
+  const int64_t rows = 300, cols = 200, n = 70;
+  const Tensor w = MakeTensor(dtype, {rows, cols}, RandomVector(rows * cols, 3));
+  const std::vector<float> x = RandomVector(n * cols, 4);
+  std::vector<float> whole(static_cast<size_t>(n * rows));
+  ASSERT_TRUE(MatMul(w, x.data(), n, whole.data(), {MatMulPath::kBatchInvariant, nullptr}).ok());
+  for (const int chunk : {1, 3, 16, 64}) {
+    for (const int threads : {1, 2}) {
+      WorkerPool pool(threads);
+      std::vector<float> y(whole.size());
+      for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+        const int64_t m = std::min<int64_t>(chunk, n - t0);
+        ASSERT_TRUE(MatMul(w, x.data() + t0 * cols, m, y.data() + t0 * rows,
+                           {MatMulPath::kBatchInvariant, &pool})
+                        .ok());
+      }
+      EXPECT_EQ(y, whole) << DTypeName(dtype) << " chunk " << chunk << " threads " << threads;
+    }
+  }
+}
+
 TEST(MatMulTest, BatchInvariantPathGivesTheSameBitsForAnyBatch) {
   for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-    const int64_t rows = 300, cols = 200, n = 70;
-    const Tensor w = MakeTensor(dtype, {rows, cols}, RandomVector(rows * cols, 3));
-    const std::vector<float> x = RandomVector(n * cols, 4);
-    std::vector<float> whole(static_cast<size_t>(n * rows));
-    ASSERT_TRUE(MatMul(w, x.data(), n, whole.data(), {MatMulPath::kBatchInvariant, nullptr}).ok());
-    for (const int chunk : {1, 3, 16, 64}) {
-      for (const int threads : {1, 2}) {
-        WorkerPool pool(threads);
-        std::vector<float> y(whole.size());
-        for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-          const int64_t m = std::min<int64_t>(chunk, n - t0);
-          ASSERT_TRUE(MatMul(w, x.data() + t0 * cols, m, y.data() + t0 * rows,
-                             {MatMulPath::kBatchInvariant, &pool})
-                          .ok());
-        }
-        EXPECT_EQ(y, whole) << DTypeName(dtype) << " chunk " << chunk << " threads " << threads;
-      }
-    }
+    ExpectBatchInvariantForAnyChunking(dtype);
   }
 }
 
@@ -838,24 +842,7 @@ TEST(Bf16DotTest, DispatchFollowsTheSwitch) {
 TEST(Bf16DotTest, BatchInvariantMatMulGivesTheSameBitsForAnyChunking) {
   ESTUARY_SKIP_WITHOUT_BF16_DOT();
   const Bf16PathScope scope(Bf16BatchPath::kDot);
-  const int64_t rows = 300, cols = 200, n = 70;
-  const Tensor w = MakeTensor(DType::kBF16, {rows, cols}, RandomVector(rows * cols, 3));
-  const std::vector<float> x = RandomVector(n * cols, 4);
-  std::vector<float> whole(static_cast<size_t>(n * rows));
-  ASSERT_TRUE(MatMul(w, x.data(), n, whole.data(), {MatMulPath::kBatchInvariant, nullptr}).ok());
-  for (const int chunk : {1, 3, 16, 64}) {
-    for (const int threads : {1, 2}) {
-      WorkerPool pool(threads);
-      std::vector<float> y(whole.size());
-      for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-        const int64_t m = std::min<int64_t>(chunk, n - t0);
-        ASSERT_TRUE(MatMul(w, x.data() + t0 * cols, m, y.data() + t0 * rows,
-                           {MatMulPath::kBatchInvariant, &pool})
-                        .ok());
-      }
-      EXPECT_EQ(y, whole) << "chunk " << chunk << " threads " << threads;
-    }
-  }
+  ExpectBatchInvariantForAnyChunking(DType::kBF16);
 }
 
 }  // namespace
