@@ -486,35 +486,35 @@ int Main(int argc, char** argv) {
   const std::set<std::string> given =
       process::ParseCommandFlags(argc - 1, argv + 1, *flags, EstuaryCommands());
   // Kernel choices first, for the commands that run a model here (up passes them on).
-  absl::Status status;
   const bool runs_a_model =
       command != "up" &&
       std::find(flags->flags.begin(), flags->flags.end(), "bf16_kernel") != flags->flags.end();
-  if (runs_a_model && !(status = ApplyKernelFlags()).ok()) {
-    // reported below
-  } else if (command == "generate") {
-    status = Generate();
-  } else if (command == "convert") {
-    status = Convert();
-  } else if (command == "synth") {
-    status = Synth();
-  } else if (command == "up") {
-    status = Up(given);
-  } else if (command == "client") {
-    status = Client();
-  } else if (command == "bench-serve") {
-    status = BenchServe();
-  } else if (command == "bench-prefill") {
-    status = BenchPrefill();
-  } else if (command == "bench-kv") {
-    status = BenchKv();
-  } else if (command == "eval-exit") {
-    status = EvalExit();
-  } else if (command == "bench-decode") {
-    status = BenchDecode();
-  } else {
-    std::fprintf(stderr, "error: no runner for command '%s'\n", command.c_str());
-    return 2;
+  absl::Status status = runs_a_model ? ApplyKernelFlags() : absl::OkStatus();
+  if (status.ok()) {
+    if (command == "generate") {
+      status = Generate();
+    } else if (command == "convert") {
+      status = Convert();
+    } else if (command == "synth") {
+      status = Synth();
+    } else if (command == "up") {
+      status = Up(given);
+    } else if (command == "client") {
+      status = Client();
+    } else if (command == "bench-serve") {
+      status = BenchServe();
+    } else if (command == "bench-prefill") {
+      status = BenchPrefill();
+    } else if (command == "bench-kv") {
+      status = BenchKv();
+    } else if (command == "eval-exit") {
+      status = EvalExit();
+    } else if (command == "bench-decode") {
+      status = BenchDecode();
+    } else {
+      std::fprintf(stderr, "error: no runner for command '%s'\n", command.c_str());
+      return 2;
+    }
   }
   if (!status.ok()) {
     std::fprintf(stderr, "estuary %s: %s\n", command.c_str(), status.ToString().c_str());
