@@ -110,7 +110,8 @@ const std::vector<CommandFlags>& Subcommands() {
   static const std::vector<CommandFlags> commands = {
       {"estuary generate", "generate", "run one prompt on a model and print the completion",
        Join({{"model", "prompt", "max_tokens"}, SamplingFlags(),
-             {"dtype", "json", "threads", "river", "tensor_parallel_size", "device", "bf16_kernel"},
+             {"dtype", "json", "threads", "river", "tensor_parallel_size", "device", "bf16_kernel",
+              "exit_mode", "draft_tokens", "min_draft_confidence"},
              RiverFlags()})},
       {"estuary up", "up",
        "start a local cluster (router, prefill and decode workers) on loopback",

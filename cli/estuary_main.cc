@@ -53,6 +53,7 @@
 #include "cli/generate_command.h"
 #include "cli/up_command.h"
 #include "cli/kernel_flags.h"
+#include "cli/exit_mode_flags.h"
 #include "cli/river_flags.h"
 #include "process/signals.h"
 #include "kvtransfer/bench_kv.h"
@@ -414,6 +415,8 @@ absl::Status Generate() {
   options.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
   ESTUARY_ASSIGN_OR_RETURN(options.device, ParseDevice(absl::GetFlag(FLAGS_device)));
   ESTUARY_ASSIGN_OR_RETURN(options.river_options, RiverFlags());
+  ESTUARY_ASSIGN_OR_RETURN(options.lossless,
+                           LosslessOptionsFromFlags(options.river, options.river_options.policy));
   return RunGenerate(options);
 }
 

@@ -35,6 +35,10 @@ absl::Status ValidateGenerateOptions(const GenerateOptions& options) {
     return absl::InvalidArgumentError(
         "--device cuda runs one GPU: tensor parallelism on GPUs is not wired yet");
   }
+  if (options.lossless && !options.device.is_cpu()) {
+    return absl::InvalidArgumentError(
+        "--exit-mode lossless runs on CPU ranks only: the GPU step has no verification pass yet");
+  }
   if (options.dtype && *options.dtype != DType::kF32 && *options.dtype != DType::kBF16) {
     return absl::InvalidArgumentError("--dtype must be f32 or bf16");
   }
@@ -127,6 +131,11 @@ absl::StatusOr<RiverGeneration> GenerateTensorParallel(std::unique_ptr<LlamaMode
     }
   }
   RiverGeneration out{GenerateResult(), {}, ExitStats(n_layers)};
+  if (options.lossless) {
+    ESTUARY_ASSIGN_OR_RETURN(out.result,
+                             GenerateLossless(*sharded, request, *options.lossless, on_token));
+    return out;
+  }
   ESTUARY_ASSIGN_OR_RETURN(out.result, Generate(*sharded, request, on_token, forward));
   // backbone_layers[i] is the step that produced completion token i.
   const std::vector<int>& steps = out.result.backbone_layers;
@@ -170,11 +179,11 @@ absl::Status RunGenerate(const GenerateOptions& options) {
   };
   GenerateResult result;
   std::optional<RiverGeneration> river;
-  if (options.tensor_parallel_size > 1) {
+  if (options.tensor_parallel_size > 1 || options.lossless) {
     ESTUARY_ASSIGN_OR_RETURN(RiverGeneration tp, GenerateTensorParallel(std::move(loaded.model),
                                                                         options, request, on_token));
     result = tp.result;
-    if (options.river) river = std::move(tp);
+    if (options.river && !options.lossless) river = std::move(tp);
   } else if (options.river || !options.device.is_cpu()) {
     const int cuda_device = options.device.is_cpu() ? -1 : options.device.ordinal;
     ESTUARY_ASSIGN_OR_RETURN(RiverGeneration engine,
@@ -194,6 +203,10 @@ absl::Status RunGenerate(const GenerateOptions& options) {
                       << result.tokens_per_second << " tokens/s, finish: "
                       << FinishReasonName(result.finish_reason);
     if (river) ESTUARY_LOG(INFO) << "exit river: " << river->stats.ToString();
+    if (options.lossless) {
+      ESTUARY_LOG(INFO) << "lossless: " << result.accepted_tokens << " of " << result.draft_tokens
+                        << " drafts accepted over " << result.verifications << " verifications";
+    }
     return absl::OkStatus();
   }
   nlohmann::json out = {
@@ -207,6 +220,15 @@ absl::Status RunGenerate(const GenerateOptions& options) {
       {"prefill_seconds", result.prefill_seconds},
       {"decode_seconds", result.decode_seconds},
   };
+  if (options.lossless) {
+    out["exit_mode"] = "lossless";
+    out["draft_tokens"] = result.draft_tokens;
+    out["accepted_tokens"] = result.accepted_tokens;
+    out["verifications"] = result.verifications;
+    out["acceptance_rate"] = result.draft_tokens > 0 ? static_cast<double>(result.accepted_tokens) /
+                                                           result.draft_tokens
+                                                     : 0.0;
+  }
   if (river) {
     out["backbone_layers"] = river->backbone_layers;
     out["mean_backbone_layers"] = river->stats.mean_backbone_layers();

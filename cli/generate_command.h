@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "cli/river_options.h"
 #include "core/backend/device.h"
+#include "core/model/self_speculative.h"
 #include "core/sampling/sampler.h"
 #include "core/tensor/dtype.h"
 
@@ -28,6 +29,9 @@ struct GenerateOptions {
   // Above 1 generation runs on a ShardedModel (one contiguous cache per rank; with --river the
   // exit decision is taken per step on every rank alike).
   int tensor_parallel_size = 1;
+  // --exit-mode lossless (with --river): the river drafts, the backbone verifies
+  // (core/model/self_speculative.h), on the CPU ranks of a ShardedModel at any TP size.
+  std::optional<LosslessOptions> lossless;
   // --device: cpu, or cuda[:N] to run the decode engine's steps on that GPU (a CUDA build only).
   Device device;
 };

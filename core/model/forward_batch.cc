@@ -12,8 +12,9 @@
 namespace estuary {
 namespace {
 
-absl::Status ValidateEntries(const LlamaModel& model, absl::Span<const BatchEntry> entries,
-                             absl::Span<float> logits, absl::Span<EntryOutcome> outcomes) {
+absl::Status ValidateEntries(const LlamaModel& model, const River* river,
+                             absl::Span<const BatchEntry> entries, absl::Span<float> logits,
+                             absl::Span<EntryOutcome> outcomes) {
   const LlamaConfig& c = model.config();
   if (entries.empty()) return absl::InvalidArgumentError("empty batch");
   if (outcomes.size() != entries.size()) {
@@ -31,7 +32,22 @@ absl::Status ValidateEntries(const LlamaModel& model, absl::Span<const BatchEntr
           "batch entry ", e, ": positions [", entry.start_pos, ", ", end,
           ") exceed the KV capacity ", entry.kv->capacity(), " or the context ", c.max_seq_len));
     }
-    with_logits += entry.want_logits;
+    if (entry.start_layer < 0 || entry.start_layer >= c.n_layers ||
+        (entry.start_layer > 0) != (entry.start_hidden != nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch entry ", e, ": start layer ", entry.start_layer, " must be in [0, ", c.n_layers,
+          ") and come with its hidden states exactly when above 0"));
+    }
+    if (entry.start_layer > 0 && river != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch entry ", e, " resumes at a layer: such a step runs no river"));
+    }
+    if (entry.layer_inputs != nullptr && entry.tokens.size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch entry ", e, " saves its layer inputs but has ",
+                       entry.tokens.size(), " tokens (one is needed)"));
+    }
+    if (entry.want_logits) with_logits += entry.logits_every_token ? entry.tokens.size() : 1;
   }
   if (logits.size() != with_logits * static_cast<size_t>(c.vocab_size)) {
     return absl::InvalidArgumentError("logits buffer does not match the entries wanting logits");
@@ -87,11 +103,11 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
                           const ForwardOptions& options, absl::Span<float> logits,
                           absl::Span<EntryOutcome> outcomes) {
   namespace k = kernels::cpu;
-  ESTUARY_RETURN_IF_ERROR(ValidateEntries(model, entries, logits, outcomes));
+  const River* river = options.river;
+  ESTUARY_RETURN_IF_ERROR(ValidateEntries(model, river, entries, logits, outcomes));
   const LlamaConfig& c = model.config();
   const int n_layers = c.n_layers;
   const int64_t dim = c.dim;
-  const River* river = options.river;
   if (river != nullptr) ESTUARY_RETURN_IF_ERROR(options.policy.Validate(n_layers));
   const int forced_exit = std::min(
       river != nullptr ? options.policy.ForcedExitAfter(n_layers) : n_layers,
@@ -112,6 +128,11 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
   const int64_t rows = static_cast<int64_t>(all_tokens.size());
   std::vector<float> x(rows * dim);
   ESTUARY_RETURN_IF_ERROR(k::Embedding(model.weights().embedding, all_tokens, x.data()));
+  for (size_t e = 0; e < entries.size(); ++e) {
+    if (entries[e].start_hidden == nullptr) continue;
+    std::copy_n(entries[e].start_hidden, static_cast<int64_t>(entries[e].tokens.size()) * dim,
+                x.begin() + row_offset[e] * dim);
+  }
 
   std::vector<bool> on_river(entries.size(), false);
   std::vector<bool> passed(entries.size(), false);  // kAllPassed: passed τ at some layer
@@ -157,9 +178,15 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
                        river->first_layer(), ")"));
     }
 
-    // Backbone group: keep the input for the similarity.
+    // Backbone group (the entries that have reached their start layer): keep the input for the
+    // similarity.
     std::vector<bool> backbone(entries.size());
-    for (size_t e = 0; e < entries.size(); ++e) backbone[e] = !on_river[e];
+    for (size_t e = 0; e < entries.size(); ++e) {
+      backbone[e] = !on_river[e] && l >= entries[e].start_layer;
+      if (entries[e].layer_inputs != nullptr && (backbone[e] || outcomes[e].backbone_layers == l)) {
+        std::copy_n(x.begin() + row_offset[e] * dim, dim, entries[e].layer_inputs + l * dim);
+      }
+    }
     Gather(entries, row_offset, backbone, x, dim, group);
     if (group.rows > 0) {
       const std::vector<float> h_in = group.x;
@@ -210,12 +237,13 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
     }
   }
 
-  // Final norm and LM head for the last token of each entry that wants logits.
+  // Final norm and LM head for the last token (or every token) of each entry that wants logits.
   std::vector<float> last_rows;
   for (size_t e = 0; e < entries.size(); ++e) {
     if (!entries[e].want_logits) continue;
-    const int64_t last = row_offset[e] + static_cast<int64_t>(entries[e].tokens.size()) - 1;
-    last_rows.insert(last_rows.end(), x.begin() + last * dim, x.begin() + (last + 1) * dim);
+    const int64_t end = row_offset[e] + static_cast<int64_t>(entries[e].tokens.size());
+    const int64_t first = entries[e].logits_every_token ? row_offset[e] : end - 1;
+    last_rows.insert(last_rows.end(), x.begin() + first * dim, x.begin() + end * dim);
   }
   const int64_t n_logits = static_cast<int64_t>(last_rows.size()) / dim;
   if (n_logits == 0) return absl::OkStatus();

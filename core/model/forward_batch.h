@@ -33,6 +33,21 @@ struct BatchEntry {
   KvView* kv = nullptr;              // the sequence's cache; capacity >= start_pos + size
   float exit_threshold = 2.0f;       // τ of this request; above 1 never exits
   bool want_logits = true;           // logits of the last token
+  // With want_logits: logits of every token of the entry (tokens.size() rows, in token order)
+  // instead of the last one's. Lossless verification (core/model/self_speculative.h) reads them.
+  bool logits_every_token = false;
+  // Resume: the tokens enter layer `start_layer` with the hidden states `start_hidden`
+  // ([tokens][dim], the residual stream entering that layer) instead of their embeddings, and
+  // the layers below are not run for this entry: their KV must already be the backbone's (the
+  // draft steps of self-speculative decoding wrote it). Runs on the backbone only (no river in
+  // the step). 0 / null: from the embedding.
+  int start_layer = 0;
+  const float* start_hidden = nullptr;
+  // For an entry of one token: when set, receives ([n_layers][dim] floats) the residual stream
+  // entering every layer l <= min(backbone_layers, n_layers - 1), i.e. each layer the token ran
+  // on the backbone and the first one after its exit; later rows are left as they are. What a
+  // later resumed step starts from.
+  float* layer_inputs = nullptr;
 };
 
 struct EntryOutcome {

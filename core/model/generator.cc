@@ -84,14 +84,20 @@ absl::StatusOr<GenerateResult> GenerateLoop(const LlamaConfig& config,
     ESTUARY_RETURN_IF_ERROR(step({next}, pos, absl::MakeSpan(logits)));
     ++pos;
   }
+  RecordDecodeTime(prefill_done, result);
+  return result;
+}
+
+}  // namespace
+
+void RecordDecodeTime(absl::Time prefill_done, GenerateResult& result) {
   result.decode_seconds = absl::ToDoubleSeconds(absl::Now() - prefill_done);
   const size_t decoded = result.completion_ids.size() > 1 ? result.completion_ids.size() - 1 : 0;
   result.tokens_per_second =
       result.decode_seconds > 0 ? static_cast<double>(decoded) / result.decode_seconds : 0.0;
-  return result;
 }
 
-absl::Status ValidateRequest(const LlamaConfig& config, const GenerateRequest& request) {
+absl::Status ValidateGenerateRequest(const LlamaConfig& config, const GenerateRequest& request) {
   ESTUARY_RETURN_IF_ERROR(ValidatePromptIds(config, request.prompt_ids));
   if (request.max_tokens < 0) {
     return absl::InvalidArgumentError(
@@ -100,20 +106,17 @@ absl::Status ValidateRequest(const LlamaConfig& config, const GenerateRequest& r
   return request.sampling.Validate();
 }
 
-// Positions the cache must hold: the prompt and every generated token that is fed back.
-int CacheCapacity(const LlamaConfig& config, const GenerateRequest& request) {
+int GenerateCacheCapacity(const LlamaConfig& config, const GenerateRequest& request) {
   const int prompt_len = static_cast<int>(request.prompt_ids.size());
   return std::max(std::min(config.max_seq_len, prompt_len + request.max_tokens), prompt_len);
 }
 
-}  // namespace
-
 absl::StatusOr<GenerateResult> Generate(const LlamaModel& model, const GenerateRequest& request,
                                         const TokenCallback& on_token) {
   const LlamaConfig& config = model.config();
-  ESTUARY_RETURN_IF_ERROR(ValidateRequest(config, request));
+  ESTUARY_RETURN_IF_ERROR(ValidateGenerateRequest(config, request));
   ESTUARY_ASSIGN_OR_RETURN(ContiguousKvCache cache,
-                           ContiguousKvCache::Create(config, CacheCapacity(config, request)));
+                           ContiguousKvCache::Create(config, GenerateCacheCapacity(config, request)));
   return GenerateLoop(
       config, request,
       [&](absl::Span<const int32_t> tokens, int start_pos, absl::Span<float> logits) {
@@ -126,12 +129,12 @@ absl::StatusOr<GenerateResult> Generate(ShardedModel& model, const GenerateReque
                                         const TokenCallback& on_token,
                                         const ShardedForwardOptions& forward) {
   const LlamaConfig& config = model.config();
-  ESTUARY_RETURN_IF_ERROR(ValidateRequest(config, request));
+  ESTUARY_RETURN_IF_ERROR(ValidateGenerateRequest(config, request));
   std::vector<ContiguousKvCache> caches;
   for (int r = 0; r < model.tp_size(); ++r) {
     ESTUARY_ASSIGN_OR_RETURN(
         ContiguousKvCache cache,
-        ContiguousKvCache::Create(config, CacheCapacity(config, request), model.tp_size()));
+        ContiguousKvCache::Create(config, GenerateCacheCapacity(config, request), model.tp_size()));
     caches.push_back(std::move(cache));
   }
   const auto kv_for = [&](int rank, size_t) -> KvView* {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/model/llama_model.h"
 #include "core/model/sharded_model.h"
 #include "core/sampling/finish_reason.h"
@@ -34,12 +35,28 @@ struct GenerateResult {
   double tokens_per_second = 0.0;  // decode tokens per second (after the first token)
   // Backbone layers each forward step ran (the prompt first); ShardedModel overload only.
   std::vector<int> backbone_layers;
+  // Lossless mode only (self_speculative.h): tokens the river drafted, drafts the verification
+  // accepted, and verification passes run.
+  int64_t draft_tokens = 0;
+  int64_t accepted_tokens = 0;
+  int64_t verifications = 0;
 };
 
 // Checks a prompt against the model: non-empty, every id inside the vocabulary, and room for
 // at least one generated token in the context. INVALID_ARGUMENT names the limit. Shared by
 // Generate and the decode engine.
 absl::Status ValidatePromptIds(const LlamaConfig& config, absl::Span<const int32_t> prompt_ids);
+
+// Checks a whole request: its prompt (ValidatePromptIds), max_tokens >= 0 and the sampling
+// parameters. Shared by every generation loop.
+absl::Status ValidateGenerateRequest(const LlamaConfig& config, const GenerateRequest& request);
+// Positions a single-sequence cache must hold for `request`: the prompt and every generated
+// token that is fed back, within the context.
+int GenerateCacheCapacity(const LlamaConfig& config, const GenerateRequest& request);
+
+// Sets result's decode_seconds (now - prefill_done) and tokens_per_second (tokens after the
+// first, which the prefill produced, per decode second).
+void RecordDecodeTime(absl::Time prefill_done, GenerateResult& result);
 
 // Whether sampling `token` ends the sequence before it is emitted: an EOS id of the model
 // (unless ignore_eos) or one of the request's stop token ids. Shared by Generate and the decode

@@ -117,7 +117,10 @@ absl::Status ShardedModel::Forward(absl::Span<const BatchEntry> entries, const K
         return absl::InvalidArgumentError(
             absl::StrCat("no KV view for entry ", e, " on rank ", rank));
       }
-      if (rank != 0) local[e].want_logits = false;  // the LM head runs on rank 0 only
+      if (rank != 0) {
+        local[e].want_logits = false;     // the LM head runs on rank 0 only
+        local[e].layer_inputs = nullptr;  // the residual stream is the same on every rank
+      }
     }
     ForwardOptions forward;
     forward.river = options.use_river ? rivers_[static_cast<size_t>(rank)] : nullptr;

@@ -144,15 +144,26 @@ SampledToken Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t>
   return out;
 }
 
-int32_t Sampler::Draw(absl::Span<const float> logits, int generated) const {
-  const int32_t vocab = static_cast<int32_t>(logits.size());
-  // SplitMix64 of (seed, position): distinct, well-mixed seeds for neighbouring positions.
-  uint64_t z = params_.seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(generated) + 1);
+namespace {
+
+// The engine of output position `generated`, stream `stream`: SplitMix64 of (seed, position,
+// stream), distinct and well-mixed seeds for neighbouring positions and streams.
+std::mt19937_64 RngFor(uint64_t seed, int generated, uint32_t stream) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(generated) + 1) +
+               0xD1B54A32D192ED03ull * stream;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  std::mt19937_64 rng(z ^ (z >> 31));
+  return std::mt19937_64(z ^ (z >> 31));
+}
+
+}  // namespace
+
+Sampler::Candidates Sampler::Filter(absl::Span<const float> logits) const {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  Candidates c;
   // Candidates sorted by logit, descending; filters cut the tail.
-  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::vector<int32_t>& order = c.order;
+  order.resize(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
   auto by_logit = [&](int32_t a, int32_t b) {
     const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
@@ -168,7 +179,8 @@ int32_t Sampler::Draw(absl::Span<const float> logits, int generated) const {
   }
   order.resize(keep);
 
-  std::vector<double> probs(keep);
+  std::vector<double>& probs = c.probs;
+  probs.resize(keep);
   const double max_logit = logits[static_cast<size_t>(order[0])];
   double total = 0.0;
   for (size_t i = 0; i < keep; ++i) {
@@ -194,15 +206,60 @@ int32_t Sampler::Draw(absl::Span<const float> logits, int generated) const {
     }
     keep = n;
   }
+  c.keep = keep;
+  return c;
+}
+
+int32_t Sampler::Draw(absl::Span<const float> logits, int generated) const {
+  const Candidates c = Filter(logits);
+  std::mt19937_64 rng = RngFor(params_.seed, generated, 0);
   double kept_total = 0.0;
-  for (size_t i = 0; i < keep; ++i) kept_total += probs[i];
+  for (size_t i = 0; i < c.keep; ++i) kept_total += c.probs[i];
   const double r = std::uniform_real_distribution<double>(0.0, kept_total)(rng);
   double cumulative = 0.0;
-  for (size_t i = 0; i < keep; ++i) {
-    cumulative += probs[i];
-    if (r < cumulative) return order[i];
+  for (size_t i = 0; i < c.keep; ++i) {
+    cumulative += c.probs[i];
+    if (r < cumulative) return c.order[i];
   }
-  return order[keep - 1];
+  return c.order[c.keep - 1];
+}
+
+std::vector<double> Sampler::Distribution(absl::Span<float> logits,
+                                          absl::Span<const int32_t> history,
+                                          int generated) const {
+  AdjustLogits(logits, history, generated);
+  std::vector<double> out(logits.size(), 0.0);
+  if (params_.temperature == 0.0f) {
+    out[static_cast<size_t>(Argmax(logits))] = 1.0;
+    return out;
+  }
+  const Candidates c = Filter(logits);
+  double kept_total = 0.0;
+  for (size_t i = 0; i < c.keep; ++i) kept_total += c.probs[i];
+  for (size_t i = 0; i < c.keep; ++i) {
+    out[static_cast<size_t>(c.order[i])] = c.probs[i] / kept_total;
+  }
+  return out;
+}
+
+double Sampler::Uniform(int generated, uint32_t stream) const {
+  std::mt19937_64 rng = RngFor(params_.seed, generated, stream);
+  return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+}
+
+int32_t DrawFrom(absl::Span<const double> probs, double u) {
+  double total = 0.0;
+  for (double p : probs) total += p;
+  const double r = u * total;
+  double cumulative = 0.0;
+  int32_t last_with_mass = 0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] <= 0.0) continue;
+    cumulative += probs[i];
+    last_with_mass = static_cast<int32_t>(i);
+    if (r < cumulative) return last_with_mass;
+  }
+  return last_with_mass;
 }
 
 }  // namespace estuary

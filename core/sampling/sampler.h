@@ -72,6 +72,16 @@ class Sampler {
   SampledToken Sample(absl::Span<float> logits, absl::Span<const int32_t> history,
                       int generated);
 
+  // The distribution Sample draws from at output position `generated`: probabilities over the
+  // vocabulary after bias, penalties, temperature, top-k, min-p and top-p (0 outside the kept
+  // candidates), summing to 1; at temperature 0 all mass on the argmax. `logits` is modified as
+  // by Sample. Speculative sampling (core/model/self_speculative.h) compares two of them.
+  std::vector<double> Distribution(absl::Span<float> logits, absl::Span<const int32_t> history,
+                                   int generated) const;
+  // A uniform draw in [0, 1) of output position `generated` from random stream `stream` >= 1
+  // (stream 0 is Sample's own): a function of (seed, generated, stream) alone.
+  double Uniform(int generated, uint32_t stream) const;
+
   bool IsStopToken(int32_t id) const;
   const SamplingParams& params() const { return params_; }
   // Whether Sample is the argmax of the raw logits (temperature 0, nothing that changes the
@@ -87,10 +97,23 @@ class Sampler {
   // position), so that whichever process samples a position (prefill samples the first token,
   // decode the rest; a migrated stream resumes elsewhere) draws what one process would have.
   int32_t Draw(absl::Span<const float> logits, int generated) const;
+  // The kept candidates of adjusted `logits` (temperature > 0): ids by descending logit (lowest
+  // id on ties), their probabilities (normalised over the top-k, before min-p and top-p), and
+  // how many the min-p and top-p filters keep.
+  struct Candidates {
+    std::vector<int32_t> order;
+    std::vector<double> probs;
+    size_t keep = 0;
+  };
+  Candidates Filter(absl::Span<const float> logits) const;
 
   SamplingParams params_;
   std::vector<int32_t> eos_ids_;
 };
+
+// The id whose cumulative probability (in id order) first exceeds u * sum(probs); the last id
+// with mass when rounding leaves u past the end. `probs` must have some mass.
+int32_t DrawFrom(absl::Span<const double> probs, double u);
 
 // Index of the largest value; the lowest index among equal maxima.
 int32_t Argmax(absl::Span<const float> values);

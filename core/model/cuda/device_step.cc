@@ -82,6 +82,13 @@ class CudaDeviceStep final : public StepRunner {
     if (kvs.size() != entries.size() || outcomes.size() != entries.size()) {
       return absl::InvalidArgumentError("one sequence and one outcome per entry");
     }
+    for (const BatchEntry& entry : entries) {
+      if (entry.logits_every_token || entry.start_layer > 0 || entry.layer_inputs != nullptr) {
+        return absl::UnimplementedError(
+            "the GPU step does not run lossless verification steps (every token's logits, "
+            "resumed layers, saved layer inputs) yet");
+      }
+    }
     ESTUARY_RETURN_IF_ERROR(cuda::CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
     // use_river needs nothing here: the device model carries the river it was built with.
     cuda::DeviceDecoder& decoder = options.exit_policy ? *with_policy_ : *no_exit_;

@@ -1,0 +1,67 @@
+#pragma once
+// The lossless exit river (issue 16): self-speculative decoding of one sequence on a
+// ShardedModel. The river path (backbone until the exit, then the int4 remainder) drafts up to
+// k tokens one step at a time; one batched backbone pass over the drafted positions verifies
+// them, so the output is the full model's: token for token under greedy decoding, in
+// distribution under sampling (speculative sampling: accept a draft d with probability
+// min(1, p(d) / q(d)), otherwise draw from the normalised residual max(0, p - q)).
+//
+// Verification reuses what the drafts already computed exactly. Every draft ran layers below its
+// exit on the backbone, reading KV that earlier drafts also wrote on the backbone below their
+// exits, so below m = the smallest exit of the round both the KV and the residual stream are
+// the full model's. The verification pass therefore resumes at layer m from the residual stream
+// each draft saved there (BatchEntry::start_layer / layer_inputs), runs the layers above on the
+// backbone and overwrites the river-written KV of every drafted position. Rejected positions
+// are simply written again by the next round (one contiguous cache per rank).
+//
+// Exactness: every step runs the batch-invariant kernels (StepOptions::chunk_invariant), so a
+// token's row is bitwise what it would be in a one-token step: the output equals full-depth
+// decoding with those kernels bit for bit, and the fastest kernels' full depth wherever their
+// rounding does not flip an argmax (the tests check both on every golden case).
+//
+// A round verifies the pending token and the drafts but the last (whose KV nobody computed):
+// when every draft is accepted, the last one becomes the next round's pending token, so a round
+// emits between 1 and k tokens and no bonus token.
+//
+// Dynamic draft length: drafting stops after a draft whose own probability under the river is
+// below min_draft_confidence, or that would end the sequence; with adapt_draft_length, k grows
+// by 2 after a fully accepted round and shrinks by 1 otherwise, within [1, max_draft_tokens].
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "core/model/exit_policy.h"
+#include "core/model/generator.h"
+#include "core/model/sharded_model.h"
+
+namespace estuary {
+
+inline constexpr int kMaxDraftTokens = 64;
+
+struct LosslessOptions {
+  ExitPolicy policy;         // the drafts' exits (τ, min / max backbone layers, rule)
+  int max_draft_tokens = 4;  // k: drafts per verification at most, in [1, kMaxDraftTokens]
+  // Drafting stops after a draft the river gives less than this probability (softmax of its
+  // logits at temperature 1 when greedy, the sampling distribution otherwise); 0: never.
+  float min_draft_confidence = 0.2f;
+  bool adapt_draft_length = true;
+  // How drafts are accepted. kSpeculative is the rule that keeps the full model's output.
+  // kAcceptEveryDraft (emit the river's tokens as drafted) exists only as the negative control
+  // of the distribution test: it must fail it.
+  enum class Acceptance : uint8_t { kSpeculative, kAcceptEveryDraft };
+  Acceptance acceptance = Acceptance::kSpeculative;
+
+  // INVALID_ARGUMENT names the option: k, the confidence in [0, 1], the policy, and every
+  // backbone layer resident (verification runs them all).
+  absl::Status Validate(int n_layers) const;
+};
+
+// Generates like Generate(ShardedModel&, ...) but losslessly through the river; fills
+// GenerateResult's draft_tokens, accepted_tokens and verifications (backbone_layers stays
+// empty: every kept token is the backbone's). FAILED_PRECONDITION without a river
+// (ShardedModel::BuildRiver); INVALID_ARGUMENT as Generate and LosslessOptions::Validate.
+absl::StatusOr<GenerateResult> GenerateLossless(ShardedModel& model, const GenerateRequest& request,
+                                                const LosslessOptions& options,
+                                                const TokenCallback& on_token = nullptr);
+
+}  // namespace estuary
