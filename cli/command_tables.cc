@@ -82,6 +82,12 @@ const Names& RiverFlags() {
   return names;
 }
 
+// The lossless exit mode (cli/exit_mode_flags.h).
+const Names& LosslessFlags() {
+  static const Names names = {"exit_mode", "draft_tokens", "min_draft_confidence"};
+  return names;
+}
+
 // What `estuary up` sets on its processes itself (UpOptions); the rest of its flags that a
 // server takes are passed through to that server as given.
 constexpr const char* kUpManaged[] = {
@@ -110,9 +116,8 @@ const std::vector<CommandFlags>& Subcommands() {
   static const std::vector<CommandFlags> commands = {
       {"estuary generate", "generate", "run one prompt on a model and print the completion",
        Join({{"model", "prompt", "max_tokens"}, SamplingFlags(),
-             {"dtype", "json", "threads", "river", "tensor_parallel_size", "device", "bf16_kernel",
-              "exit_mode", "draft_tokens", "min_draft_confidence"},
-             RiverFlags()})},
+             {"dtype", "json", "threads", "river", "tensor_parallel_size", "device", "bf16_kernel"},
+             RiverFlags(), LosslessFlags()})},
       {"estuary up", "up",
        "start a local cluster (router, prefill and decode workers) on loopback",
        Join({Names(std::begin(kUpManaged), std::end(kUpManaged)), UpPassThroughFlags()})},
@@ -130,10 +135,11 @@ const std::vector<CommandFlags>& Subcommands() {
       {"estuary eval-exit", "eval-exit",
        "fidelity and cost of the exit river at several thresholds",
        Join({{"model", "taus", "prompts", "max_tokens", "json", "threads", "bf16_kernel"},
-             RiverFlags()})},
-      {"estuary bench-decode", "bench-decode", "decode tokens/s: full depth, river, full int4",
+             RiverFlags(), LosslessFlags()})},
+      {"estuary bench-decode", "bench-decode",
+       "decode tokens/s: full depth, river, full int4 (and the lossless mode)",
        Join({{"model", "batch", "exit_after", "steps", "json", "threads", "bf16_kernel"},
-             RiverFlags()})},
+             RiverFlags(), LosslessFlags()})},
       {"estuary bench-prefill", "bench-prefill",
        "prefill tokens/s at several TP sizes; batch-invariant GEMM vs OpenBLAS",
        {"model", "dtype", "tp_sizes", "prompt_tokens", "max_num_batched_tokens", "threads",

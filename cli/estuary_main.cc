@@ -266,6 +266,9 @@ absl::Status EvalExit() {
   ESTUARY_ASSIGN_OR_RETURN(options.taus, ParseList<float>("taus", absl::GetFlag(FLAGS_taus)));
   options.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   ESTUARY_ASSIGN_OR_RETURN(options.river, RiverFlags());
+  // eval-exit always builds the river: lossless rows need no --river.
+  ESTUARY_ASSIGN_OR_RETURN(options.lossless,
+                           LosslessOptionsFromFlags(/*river=*/true, options.river.policy));
   options.json = absl::GetFlag(FLAGS_json);
   options.threads = absl::GetFlag(FLAGS_threads);
   return RunEvalExitCommand(options);
@@ -283,6 +286,12 @@ absl::Status BenchDecode() {
   options.bench.exit_after = absl::GetFlag(FLAGS_exit_after);
   options.bench.steps = absl::GetFlag(FLAGS_steps);
   ESTUARY_ASSIGN_OR_RETURN(options.river, RiverFlags());
+  // The lossless rows draft with the river rows' forced exit (after --exit-after layers).
+  ExitPolicy drafts;
+  drafts.default_threshold = 2.0f;
+  drafts.max_backbone_layers = options.bench.exit_after;
+  drafts.min_backbone_layers = std::min(1, options.bench.exit_after);
+  ESTUARY_ASSIGN_OR_RETURN(options.bench.lossless, LosslessOptionsFromFlags(true, drafts));
   options.json = absl::GetFlag(FLAGS_json);
   options.threads = absl::GetFlag(FLAGS_threads);
   return RunBenchDecodeCommand(options);

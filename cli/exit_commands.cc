@@ -46,6 +46,7 @@ absl::Status RunEvalExitCommand(const EvalExitCommandOptions& options) {
   eval.taus = options.taus;
   eval.max_tokens = options.max_tokens;
   eval.policy = options.river.policy;
+  eval.lossless = options.lossless;
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<River> river,
                            River::Build(loaded.model->weights(), options.river.quant));
   ESTUARY_ASSIGN_OR_RETURN(std::vector<EvalExitRow> rows,

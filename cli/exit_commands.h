@@ -1,6 +1,7 @@
 #pragma once
 // `estuary eval-exit` and `estuary bench-decode`: fidelity and speed of the exit river.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@ struct EvalExitCommandOptions {
   std::vector<float> taus;
   int max_tokens = 64;
   RiverOptions river;
+  std::optional<LosslessOptions> lossless;  // --exit-mode lossless: lossless rows as well
   bool json = false;
   int threads = 0;
 };

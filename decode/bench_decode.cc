@@ -1,6 +1,8 @@
 #include "decode/bench_decode.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -11,12 +13,21 @@
 #include "core/kvcache/kv_pool.h"
 #include "core/kvcache/sequence_kv.h"
 #include "core/model/forward_batch.h"
+#include "core/model/generator.h"
+#include "core/model/kv_cache.h"
 #include "core/model/paged_kv_view.h"
+#include "core/model/sharded_model.h"
 #include "core/sampling/sampler.h"
 #include "nlohmann/json.hpp"
 
 namespace estuary {
 namespace {
+
+// Alternating runs of the lossless row and its full-depth baseline; the fastest of each counts.
+constexpr int kLosslessTimingRuns = 2;
+
+// The acceptance rates the lossless speedup model is evaluated at.
+constexpr double kModelAcceptances[] = {0.7, 0.8, 0.9, 0.95, 1.0};
 
 struct Mode {
   const char* name;
@@ -122,6 +133,149 @@ absl::StatusOr<BenchDecodeRow> TimeMode(const LlamaModel& model, const River& ri
   return row;
 }
 
+// Times options.steps verification passes (after one warm-up pass) on the prefilled batch, as
+// GenerateLossless runs them (batch-invariant kernels): per sequence k tokens entering layer
+// exit_after with logits for each, then the bonus row (one token through every layer). The
+// positions are rewritten by every pass.
+absl::StatusOr<BenchDecodeRow> TimeVerify(const LlamaModel& model,
+                                          const BenchDecodeOptions& options, int batch,
+                                          WorkerPool& pool, BatchState& state) {
+  const LlamaConfig& c = model.config();
+  const int k = options.lossless->max_draft_tokens;
+  std::vector<int32_t> tokens(static_cast<size_t>(k), 1);
+  // The residual stream entering the layer: any finite rows time the same; the embedding of
+  // token 1 keeps the norms away from zero.
+  std::vector<float> hidden(static_cast<size_t>(k) * c.dim);
+  ESTUARY_RETURN_IF_ERROR(kernels::cpu::Embedding(model.weights().embedding, tokens, hidden.data()));
+  ForwardOptions forward;
+  forward.matmul = {kernels::cpu::MatMulPath::kBatchInvariant, &pool};
+  std::vector<float> logits(static_cast<size_t>(batch) * (k + 1) *
+                            static_cast<size_t>(c.vocab_size));
+  std::vector<EntryOutcome> outcomes(static_cast<size_t>(batch) * 2);
+  std::vector<BatchEntry> entries;
+  for (int b = 0; b < batch; ++b) {
+    BatchEntry drafts;
+    drafts.tokens = tokens;
+    drafts.start_pos = options.prompt_len;
+    drafts.kv = &state.views[b];
+    drafts.logits_every_token = true;
+    if (options.exit_after > 0) {
+      drafts.start_layer = std::min(options.exit_after, c.n_layers - 1);
+      drafts.start_hidden = hidden.data();
+    }
+    entries.push_back(drafts);
+    BatchEntry bonus;
+    bonus.tokens = absl::MakeConstSpan(tokens.data(), 1);
+    bonus.start_pos = options.prompt_len + k;
+    bonus.kv = &state.views[b];
+    entries.push_back(bonus);
+  }
+  absl::Duration timed;
+  for (int step = 0; step <= options.steps; ++step) {  // step 0 warms up
+    const absl::Time start = absl::Now();
+    ESTUARY_RETURN_IF_ERROR(ForwardBatch(model, entries, forward, absl::MakeSpan(logits),
+                                         absl::MakeSpan(outcomes)));
+    if (step > 0) timed += absl::Now() - start;
+  }
+  BenchDecodeRow row;
+  row.mode = "verify";
+  row.batch = batch;
+  row.backbone_layers = c.n_layers - entries[0].start_layer;
+  const double step_seconds = absl::ToDoubleSeconds(timed) / options.steps;
+  row.tokens_per_second = batch * k / step_seconds;
+  return row;
+}
+
+// Full-depth greedy decoding of `requests` together, the baseline of the lossless row in the
+// same harness: one prefill pass, then one forward step over every sequence per token (the
+// fastest kernels, as the engine decodes). Decode seconds, after the first token.
+absl::StatusOr<double> FullDepthDecodeSeconds(ShardedModel& sharded,
+                                              const std::vector<GenerateRequest>& requests) {
+  const LlamaConfig& c = sharded.config();
+  const size_t vocab = static_cast<size_t>(c.vocab_size);
+  const size_t batch = requests.size();
+  std::vector<std::vector<ContiguousKvCache>> caches(batch);  // [sequence][rank]
+  for (size_t b = 0; b < batch; ++b) {
+    for (int r = 0; r < sharded.tp_size(); ++r) {
+      ESTUARY_ASSIGN_OR_RETURN(
+          ContiguousKvCache cache,
+          ContiguousKvCache::Create(c, GenerateCacheCapacity(c, requests[b]), sharded.tp_size()));
+      caches[b].push_back(std::move(cache));
+    }
+  }
+  const ShardedModel::KvResolver kv = [&](int rank, size_t e) -> KvView* {
+    return &caches[e][static_cast<size_t>(rank)];
+  };
+  std::vector<BatchEntry> entries(batch);
+  for (size_t b = 0; b < batch; ++b) entries[b].tokens = requests[b].prompt_ids;
+  std::vector<float> logits(batch * vocab);
+  std::vector<EntryOutcome> outcomes(batch);
+  ESTUARY_RETURN_IF_ERROR(sharded.Forward(entries, kv, {}, absl::MakeSpan(logits),
+                                          absl::MakeSpan(outcomes)));
+  std::vector<int32_t> next(batch);
+  const absl::Time start = absl::Now();
+  for (int step = 1; step < requests[0].max_tokens; ++step) {
+    for (size_t b = 0; b < batch; ++b) {
+      next[b] = Argmax(absl::MakeConstSpan(logits.data() + b * vocab, vocab));
+      entries[b].tokens = absl::MakeConstSpan(&next[b], 1);
+      entries[b].start_pos = static_cast<int>(requests[b].prompt_ids.size()) + step - 1;
+    }
+    ESTUARY_RETURN_IF_ERROR(sharded.Forward(entries, kv, {}, absl::MakeSpan(logits),
+                                            absl::MakeSpan(outcomes)));
+  }
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+// GenerateLosslessBatch end to end on `batch` random prompts against full-depth decoding of the
+// same prompts, alternating, kLosslessTimingRuns times each (the fastest run of each counts: a
+// shared machine's noise drifts over a bench): two rows, "full-gen" (the baseline) and
+// "lossless" (with acceptance and tokens per verification).
+absl::StatusOr<std::vector<BenchDecodeRow>> TimeLossless(ShardedModel& sharded,
+                                                         const BenchDecodeOptions& options,
+                                                         int batch, std::mt19937& rng) {
+  const LlamaConfig& c = sharded.config();
+  std::uniform_int_distribution<int32_t> token(0, c.vocab_size - 1);
+  std::vector<GenerateRequest> requests(static_cast<size_t>(batch));
+  for (GenerateRequest& request : requests) {
+    for (int t = 0; t < options.prompt_len; ++t) request.prompt_ids.push_back(token(rng));
+    request.max_tokens = options.lossless_tokens;
+    request.ignore_eos = true;
+    request.sampling.temperature = 0.0f;
+  }
+  double full_seconds = std::numeric_limits<double>::infinity();
+  double lossless_seconds = full_seconds;
+  std::vector<GenerateResult> results;
+  for (int run = 0; run < kLosslessTimingRuns; ++run) {
+    ESTUARY_ASSIGN_OR_RETURN(const double full, FullDepthDecodeSeconds(sharded, requests));
+    full_seconds = std::min(full_seconds, full);
+    ESTUARY_ASSIGN_OR_RETURN(results, GenerateLosslessBatch(sharded, requests, *options.lossless));
+    for (const GenerateResult& r : results) {
+      lossless_seconds = std::min(lossless_seconds, r.decode_seconds);
+    }
+  }
+  const double decoded_tokens = static_cast<double>(batch) * (options.lossless_tokens - 1);
+  BenchDecodeRow full_row;
+  full_row.mode = "full-gen";
+  full_row.batch = batch;
+  full_row.backbone_layers = c.n_layers;
+  full_row.tokens_per_second = decoded_tokens / full_seconds;
+  int64_t drafts = 0, accepted = 0, verifications = 0;
+  for (const GenerateResult& r : results) {
+    drafts += r.draft_tokens;
+    accepted += r.accepted_tokens;
+    verifications += r.verifications;
+  }
+  BenchDecodeRow row;
+  row.mode = "lossless";
+  row.batch = batch;
+  row.backbone_layers = options.exit_after;
+  row.tokens_per_second = decoded_tokens / lossless_seconds;
+  row.acceptance = drafts > 0 ? static_cast<double>(accepted) / static_cast<double>(drafts) : 0;
+  row.tokens_per_verification =
+      verifications > 0 ? decoded_tokens / static_cast<double>(verifications) : 0;
+  return std::vector<BenchDecodeRow>{full_row, row};
+}
+
 const BenchDecodeRow* FindRow(const std::vector<BenchDecodeRow>& rows, const std::string& mode,
                               int batch) {
   for (const BenchDecodeRow& r : rows) {
@@ -130,11 +284,12 @@ const BenchDecodeRow* FindRow(const std::vector<BenchDecodeRow>& rows, const std
   return nullptr;
 }
 
-// tokens/s of `mode` over full depth's at `batch`; 0 without both rows.
+// tokens/s of `mode` over full depth's at `batch`; 0 without both rows. The lossless row's full
+// depth is its own harness's ("full-gen"), every other row's the forward-step "full".
 double SpeedupOverFull(const std::vector<BenchDecodeRow>& rows, const std::string& mode,
                        int batch) {
   const BenchDecodeRow* row = FindRow(rows, mode, batch);
-  const BenchDecodeRow* full = FindRow(rows, "full", batch);
+  const BenchDecodeRow* full = FindRow(rows, mode == "lossless" ? "full-gen" : "full", batch);
   if (row == nullptr || full == nullptr || full->tokens_per_second <= 0) return 0;
   return row->tokens_per_second / full->tokens_per_second;
 }
@@ -156,7 +311,24 @@ std::string HugeFraction(double fraction) {
   return fraction < 0 ? std::string("unknown") : absl::StrFormat("%.0f%%", 100 * fraction);
 }
 
+// Step time of `mode` at `batch` over full depth's: the inverse tokens/s ratio per step.
+double StepCost(const std::vector<BenchDecodeRow>& rows, const std::string& mode, int batch,
+                int tokens_per_sequence) {
+  const BenchDecodeRow* row = FindRow(rows, mode, batch);
+  const BenchDecodeRow* full = FindRow(rows, "full", batch);
+  if (row == nullptr || full == nullptr || row->tokens_per_second <= 0) return 0;
+  return full->tokens_per_second * tokens_per_sequence / row->tokens_per_second;
+}
+
 }  // namespace
+
+double LosslessSpeedupModel::Predict(double acceptance) const {
+  const double k = draft_tokens;
+  const double tokens =
+      acceptance >= 1.0 ? k + 1 : (1.0 - std::pow(acceptance, k + 1)) / (1.0 - acceptance);
+  const double cost = k * river_cost + verify_cost;
+  return cost > 0 ? tokens / cost : 0;
+}
 
 std::vector<BenchDecodeTarget> Issue18DecodeTargets(const std::vector<BenchDecodeRow>& rows) {
   std::vector<BenchDecodeTarget> targets;
@@ -212,8 +384,17 @@ absl::StatusOr<BenchDecodeReport> RunBenchDecode(const LlamaModel& model, const 
                         {"river", true, options.exit_after},
                         {"int4", true, 0}};
   std::mt19937 rng(7);
+  std::unique_ptr<ShardedModel> sharded;
+  if (options.lossless) {
+    ESTUARY_RETURN_IF_ERROR(options.lossless->Validate(c.n_layers));
+    if (options.lossless_tokens < 2 || options.prompt_len + options.lossless_tokens > c.max_seq_len) {
+      return absl::InvalidArgumentError("lossless: prompt length and new tokens must fit the context");
+    }
+    sharded = ShardedModel::Borrow(model, &river, report.threads);
+  }
+  const int verify_tokens = options.lossless ? options.lossless->max_draft_tokens : 0;
   for (int batch : options.batches) {
-    const int positions = options.prompt_len + options.steps + 2;
+    const int positions = options.prompt_len + std::max(options.steps, verify_tokens + 1) + 2;
     ESTUARY_ASSIGN_OR_RETURN(BatchState state, MakeBatch(c, batch, positions));
     ESTUARY_RETURN_IF_ERROR(PrefillBatch(model, options, batch, positions, matmul, rng, state));
     for (const Mode& mode : modes) {
@@ -222,6 +403,18 @@ absl::StatusOr<BenchDecodeReport> RunBenchDecode(const LlamaModel& model, const 
           TimeMode(model, river, options, mode, batch, matmul, state));
       report.rows.push_back(std::move(row));
     }
+    if (!options.lossless) continue;
+    ESTUARY_ASSIGN_OR_RETURN(BenchDecodeRow verify, TimeVerify(model, options, batch, pool, state));
+    report.rows.push_back(std::move(verify));
+    ESTUARY_ASSIGN_OR_RETURN(std::vector<BenchDecodeRow> lossless,
+                             TimeLossless(*sharded, options, batch, rng));
+    report.rows.insert(report.rows.end(), lossless.begin(), lossless.end());
+    LosslessSpeedupModel speedup_model;
+    speedup_model.batch = batch;
+    speedup_model.draft_tokens = verify_tokens;
+    speedup_model.river_cost = StepCost(report.rows, "river", batch, 1);
+    speedup_model.verify_cost = StepCost(report.rows, "verify", batch, verify_tokens);
+    report.lossless_models.push_back(speedup_model);
   }
   report.stream = kernels::cpu::FasterOf(before, kernels::cpu::MeasureStreamRead(stream));
   const double ceiling = report.stream.ceiling_bytes_per_second();
@@ -229,6 +422,11 @@ absl::StatusOr<BenchDecodeReport> RunBenchDecode(const LlamaModel& model, const 
     row.ceiling_fraction = ceiling > 0 ? row.effective_bytes_per_second / ceiling : 0;
   }
   report.targets = Issue18DecodeTargets(report.rows);
+  if (const BenchDecodeRow* lossless = FindRow(report.rows, "lossless", 1)) {
+    report.targets.push_back({absl::StrFormat("lossless / full-gen b1 (acceptance %.2f)",
+                                              lossless->acceptance),
+                              "x full", 1.5, SpeedupOverFull(report.rows, "lossless", 1)});
+  }
   return report;
 }
 
@@ -259,6 +457,20 @@ std::string BenchDecodeJson(const BenchDecodeReport& report) {
                            {"bytes_per_token", r.bytes_per_token},
                            {"effective_gbytes_per_second", r.effective_bytes_per_second / 1e9},
                            {"ceiling_fraction", r.ceiling_fraction}});
+    if (r.mode == "lossless") {
+      out["rows"].back()["acceptance"] = r.acceptance;
+      out["rows"].back()["tokens_per_verification"] = r.tokens_per_verification;
+    }
+  }
+  out["lossless_models"] = nlohmann::ordered_json::array();
+  for (const LosslessSpeedupModel& m : report.lossless_models) {
+    nlohmann::ordered_json predicted;
+    for (double a : kModelAcceptances) predicted[absl::StrFormat("%.2f", a)] = m.Predict(a);
+    out["lossless_models"].push_back({{"batch", m.batch},
+                                      {"draft_tokens", m.draft_tokens},
+                                      {"river_cost", m.river_cost},
+                                      {"verify_cost", m.verify_cost},
+                                      {"predicted_speedup", predicted}});
   }
   out["targets"] = nlohmann::ordered_json::array();
   for (const BenchDecodeTarget& t : report.targets) {
@@ -287,17 +499,32 @@ std::string BenchDecodeTable(const BenchDecodeReport& report) {
                         HugeFraction(s.huge_fraction_not_advised));
   absl::StrAppendFormat(&table, "decode on %d threads, %s weights\n", report.threads,
                         report.weight_dtype);
-  absl::StrAppendFormat(&table, "%-6s %6s %9s %12s %9s %11s %10s %9s\n", "mode", "batch",
+  absl::StrAppendFormat(&table, "%-8s %6s %9s %12s %9s %11s %10s %9s\n", "mode", "batch",
                         "backbone", "tokens/s", "vs full", "MB/token", "eff GB/s", "ceiling");
   for (const BenchDecodeRow& r : report.rows) {
-    absl::StrAppendFormat(&table, "%-6s %6d %9d %12.2f %8.2fx %11.1f %10.2f %9.3f\n", r.mode,
+    absl::StrAppendFormat(&table, "%-8s %6d %9d %12.2f %8.2fx %11.1f %10.2f %9.3f\n", r.mode,
                           r.batch, r.backbone_layers, r.tokens_per_second,
                           SpeedupOverFull(report.rows, r.mode, r.batch), r.bytes_per_token / 1e6,
                           r.effective_bytes_per_second / 1e9, r.ceiling_fraction);
   }
-  table += "issue 18 targets:\n";
+  for (const BenchDecodeRow& r : report.rows) {
+    if (r.mode != "lossless") continue;
+    absl::StrAppendFormat(&table, "lossless b%d: acceptance %.3f, %.2f tokens per verification\n",
+                          r.batch, r.acceptance, r.tokens_per_verification);
+  }
+  for (const LosslessSpeedupModel& m : report.lossless_models) {
+    absl::StrAppendFormat(&table,
+                          "lossless model b%d (k %d, river step %.3f, verification %.3f of a full "
+                          "step): predicted speedup",
+                          m.batch, m.draft_tokens, m.river_cost, m.verify_cost);
+    for (double a : kModelAcceptances) {
+      absl::StrAppendFormat(&table, "  a=%.2f %.2fx", a, m.Predict(a));
+    }
+    table += "\n";
+  }
+  table += "targets:\n";
   for (const BenchDecodeTarget& t : report.targets) {
-    absl::StrAppendFormat(&table, "  %-18s >= %5.2f %-6s measured %6.2f  %s\n", t.name, t.target,
+    absl::StrAppendFormat(&table, "  %-36s >= %5.2f %-6s measured %6.2f  %s\n", t.name, t.target,
                           t.unit, t.measured, t.meets() ? "meets" : "misses");
   }
   return table;

@@ -8,6 +8,7 @@
 // to the measured figure with "meets" / "misses".
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "core/kernels/cpu/stream_read.h"
 #include "core/model/llama_model.h"
 #include "core/model/river.h"
+#include "core/model/self_speculative.h"
 
 namespace estuary {
 
@@ -28,6 +30,13 @@ struct BenchDecodeOptions {
   int threads = 0;
   size_t stream_bytes = size_t{1} << 30;  // the ceiling's buffer, far beyond L3
   int stream_repetitions = 8;  // passes per ceiling variant: the machine is shared, the best counts
+  // Issue 16's lossless mode: per batch, a "verify" row (one verification pass of
+  // max_draft_tokens tokens per sequence from layer exit_after and the bonus row, batch-invariant
+  // kernels, as GenerateLossless runs it) and a "lossless" row (GenerateLosslessBatch end to end, greedy,
+  // lossless_tokens new tokens per sequence, drafts exiting after exit_after layers), and the
+  // speedup model built from the rows. Unset: not run.
+  std::optional<LosslessOptions> lossless;
+  int lossless_tokens = 64;
 };
 
 struct BenchDecodeRow {
@@ -39,6 +48,22 @@ struct BenchDecodeRow {
   // Weight bytes read per step x steps per second, and its fraction of the ceiling.
   double effective_bytes_per_second = 0;
   double ceiling_fraction = 0;
+  // "lossless" rows: drafts accepted per draft, and tokens emitted per verification pass.
+  double acceptance = 0;
+  double tokens_per_verification = 0;
+};
+
+// The speedup model of the lossless mode at one batch, from the same run's step times in units
+// of a full-depth step: a round drafts k tokens (k river steps) and verifies them (one pass,
+// with the bonus row); with each draft accepted with probability a, independently, it emits
+// (1 - a^(k+1)) / (1 - a) tokens (k + 1 at a = 1), so
+// speedup(a) = (1 - a^(k+1)) / (1 - a) / (k * river_cost + verify_cost).
+struct LosslessSpeedupModel {
+  int batch = 0;
+  int draft_tokens = 0;   // k
+  double river_cost = 0;  // river step time / full step time
+  double verify_cost = 0;  // verification pass time / full step time
+  double Predict(double acceptance) const;
 };
 
 // One issue-18 target: `measured` (a GB/s or a ratio of tokens/s) against `target` (>=).
@@ -56,6 +81,7 @@ struct BenchDecodeReport {
   kernels::cpu::StreamReadResult stream;
   std::vector<BenchDecodeRow> rows;
   std::vector<BenchDecodeTarget> targets;  // those whose rows were measured
+  std::vector<LosslessSpeedupModel> lossless_models;  // per batch, with options.lossless
 };
 
 absl::StatusOr<BenchDecodeReport> RunBenchDecode(const LlamaModel& model, const River& river,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -12,6 +13,7 @@
 #include "core/model/forward_batch.h"
 #include "core/model/generator.h"
 #include "core/model/kv_cache.h"
+#include "core/model/sharded_model.h"
 #include "nlohmann/json.hpp"
 
 namespace estuary {
@@ -72,6 +74,7 @@ class KvFidelityProbe final : public ForwardProbe {
 };
 
 struct Continuation {
+  GenerateRequest request;      // greedy, what produced `tokens`
   std::vector<int32_t> prompt;
   std::vector<int32_t> tokens;  // the full model's greedy continuation
 };
@@ -121,6 +124,71 @@ absl::Status TeacherForce(const LlamaModel& model, const River* river, const Exi
   return absl::OkStatus();
 }
 
+constexpr int kLosslessTimingRuns = 3;
+
+// The lossless mode with drafts at τ over every continuation's request: acceptance, cost and
+// the decode time against full-depth Generate's on the same ShardedModel (one thread; the
+// fastest kernels for full depth, the batch-invariant ones for lossless).
+absl::StatusOr<EvalExitRow> LosslessRow(const LlamaModel& model, const River& river,
+                                        const EvalExitOptions& options, float tau,
+                                        const std::vector<Continuation>& continuations) {
+  const LlamaConfig& config = model.config();
+  std::unique_ptr<ShardedModel> sharded = ShardedModel::Borrow(model, &river);
+  LosslessOptions lossless = *options.lossless;
+  lossless.policy = options.policy;
+  lossless.policy.default_threshold = tau;
+  int64_t emitted = 0, matched = 0, drafts = 0, accepted = 0, verifications = 0;
+  double draft_layers = 0, verified_layers = 0, full_seconds = 0, lossless_seconds = 0;
+  for (const Continuation& c : continuations) {
+    // Full depth and lossless alternate, kLosslessTimingRuns times each, and the fastest run of
+    // each counts: a shared machine's noise is larger than a small model's decode time.
+    double full_best = std::numeric_limits<double>::infinity();
+    double lossless_best = full_best;
+    GenerateResult result;
+    for (int run = 0; run < kLosslessTimingRuns; ++run) {
+      ESTUARY_ASSIGN_OR_RETURN(GenerateResult full, Generate(*sharded, c.request));
+      full_best = std::min(full_best, full.decode_seconds);
+      ESTUARY_ASSIGN_OR_RETURN(result, GenerateLossless(*sharded, c.request, lossless));
+      lossless_best = std::min(lossless_best, result.decode_seconds);
+    }
+    for (size_t i = 0; i < c.tokens.size(); ++i) {
+      matched += i < result.completion_ids.size() && result.completion_ids[i] == c.tokens[i];
+    }
+    emitted += static_cast<int64_t>(result.completion_ids.size()) - 1;  // after the prefill's
+    drafts += result.draft_tokens;
+    accepted += result.accepted_tokens;
+    verifications += result.verifications;
+    draft_layers += static_cast<double>(result.draft_backbone_layers);
+    verified_layers += static_cast<double>(result.verified_layers);
+    full_seconds += full_best;
+    lossless_seconds += lossless_best;
+  }
+  int64_t full_tokens = 0;
+  for (const Continuation& c : continuations) full_tokens += static_cast<int64_t>(c.tokens.size());
+  // Cost in backbone-layer units (Llama layers are all the same size): a draft reads its
+  // backbone layers, the river's copies of the rest and the LM head; a verification pass reads
+  // the layers above its resume layer and the LM head once for all its rows.
+  const double layer = static_cast<double>(model.layer_bytes(0));
+  const double int4 = static_cast<double>(river.layer_bytes(0)) / layer;
+  const double head = static_cast<double>(model.weights().lm_head.nbytes()) / layer;
+  const double n = config.n_layers;
+  const double bytes = draft_layers + (static_cast<double>(drafts) * n - draft_layers) * int4 +
+                       static_cast<double>(drafts) * head + verified_layers +
+                       static_cast<double>(verifications) * head;
+  EvalExitRow row;
+  row.mode = "lossless";
+  row.tau = absl::StrCat(tau);
+  row.tokens = emitted;
+  row.mean_backbone_layers = drafts > 0 ? draft_layers / static_cast<double>(drafts) : 0;
+  row.acceptance = drafts > 0 ? static_cast<double>(accepted) / static_cast<double>(drafts) : 0;
+  row.tokens_per_verification =
+      verifications > 0 ? static_cast<double>(emitted) / static_cast<double>(verifications) : 0;
+  row.cost_per_token = emitted > 0 ? bytes / (static_cast<double>(emitted) * (n + head)) : 0;
+  row.exact_match = full_tokens > 0 ? static_cast<double>(matched) / full_tokens : 0;
+  row.measured_speedup = full_seconds / std::max(1e-12, lossless_seconds);
+  return row;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<EvalExitRow>> RunEvalExit(const LlamaModel& model,
@@ -146,6 +214,7 @@ absl::StatusOr<std::vector<EvalExitRow>> RunEvalExit(const LlamaModel& model,
                                   config.max_seq_len - static_cast<int>(c.prompt.size()));
     request.sampling.temperature = 0.0f;
     ESTUARY_ASSIGN_OR_RETURN(GenerateResult result, Generate(model, request));
+    c.request = request;
     c.tokens = std::move(result.completion_ids);
     if (c.tokens.size() >= 2) continuations.push_back(std::move(c));
   }
@@ -190,6 +259,13 @@ absl::StatusOr<std::vector<EvalExitRow>> RunEvalExit(const LlamaModel& model,
                            std::max(1e-12, absl::ToDoubleSeconds(totals.decode_time));
     rows.push_back(row);
   }
+  if (options.lossless) {
+    for (float tau : options.taus) {
+      ESTUARY_ASSIGN_OR_RETURN(EvalExitRow row,
+                               LosslessRow(model, river, options, tau, continuations));
+      rows.push_back(std::move(row));
+    }
+  }
   return rows;
 }
 
@@ -213,6 +289,19 @@ std::string EvalExitJson(const std::vector<EvalExitRow>& rows) {
     row["modeled_bytes_ratio"] = r.modeled_bytes_ratio;
     row["measured_speedup"] = r.measured_speedup;
     row["tokens"] = r.tokens;
+    if (r.mode == "lossless") {
+      nlohmann::ordered_json lossless;
+      lossless["mode"] = r.mode;
+      lossless["tau"] = row["tau"];
+      lossless["mean_draft_backbone_layers"] = r.mean_backbone_layers;
+      lossless["acceptance"] = r.acceptance;
+      lossless["tokens_per_verification"] = r.tokens_per_verification;
+      lossless["cost_per_token"] = r.cost_per_token;
+      lossless["exact_match"] = r.exact_match;
+      lossless["measured_speedup"] = r.measured_speedup;
+      lossless["tokens"] = r.tokens;
+      row = lossless;
+    }
     out["rows"].push_back(row);
   }
   return out.dump();
@@ -222,10 +311,25 @@ std::string EvalExitTable(const std::vector<EvalExitRow>& rows) {
   std::string table = absl::StrFormat("%-10s %9s %9s %9s %10s %9s %9s %9s\n", "tau",
                                       "backbone", "exit", "top1", "nll_delta", "kv_cos",
                                       "bytes", "speedup");
+  bool lossless = false;
   for (const EvalExitRow& r : rows) {
+    if (r.mode == "lossless") {
+      lossless = true;
+      continue;
+    }
     absl::StrAppendFormat(&table, "%-10s %9.2f %9.3f %9.3f %10.4f %9.4f %9.3f %9.2f\n", r.tau,
                           r.mean_backbone_layers, r.exit_rate, r.top1_agreement, r.nll_delta,
                           r.kv_cosine_min, r.modeled_bytes_ratio, r.measured_speedup);
+  }
+  if (!lossless) return table;
+  absl::StrAppendFormat(&table, "lossless (the river drafts, the backbone verifies):\n");
+  absl::StrAppendFormat(&table, "%-10s %9s %10s %10s %9s %9s %9s\n", "tau", "draft_bb",
+                        "acceptance", "tok/verif", "cost/tok", "exact", "speedup");
+  for (const EvalExitRow& r : rows) {
+    if (r.mode != "lossless") continue;
+    absl::StrAppendFormat(&table, "%-10s %9.2f %10.3f %10.2f %9.3f %9.3f %9.2f\n", r.tau,
+                          r.mean_backbone_layers, r.acceptance, r.tokens_per_verification,
+                          r.cost_per_token, r.exact_match, r.measured_speedup);
   }
   return table;
 }

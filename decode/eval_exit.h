@@ -7,6 +7,7 @@
 // rows differ only in the decode steps, which are what is measured: the continuation's
 // positions after the first token.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "core/model/exit_policy.h"
 #include "core/model/llama_model.h"
 #include "core/model/river.h"
+#include "core/model/self_speculative.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace estuary {
@@ -23,6 +25,9 @@ struct EvalExitOptions {
   std::vector<std::string> prompts;  // texts, encoded with BOS
   int max_tokens = 64;               // length of each full-depth continuation
   ExitPolicy policy;                 // rule and layer bounds; the threshold comes from `taus`
+  // With a value: a lossless row per τ as well (GenerateLossless with drafts at that τ, greedy,
+  // the same max_tokens), the draft settings taken from here (its policy is replaced).
+  std::optional<LosslessOptions> lossless;
 };
 
 struct EvalExitRow {
@@ -35,6 +40,14 @@ struct EvalExitRow {
   double modeled_bytes_ratio = 0;  // weight bytes read per token against full depth
   double measured_speedup = 0;  // decode tokens/s against full depth (batch 1, same run)
   int64_t tokens = 0;           // positions evaluated
+  // Lossless rows (mode "lossless"; mean_backbone_layers is the drafts' mean exit, and
+  // measured_speedup compares GenerateLossless's decode time with full-depth Generate's):
+  std::string mode = "lossy";
+  double acceptance = 0;               // drafts accepted per draft
+  double tokens_per_verification = 0;  // tokens emitted per verification pass
+  // Weight bytes read per emitted token (drafts plus verification passes) against full depth's.
+  double cost_per_token = 0;
+  double exact_match = 0;  // share of the full model's continuation tokens reproduced in place
 };
 
 absl::StatusOr<std::vector<EvalExitRow>> RunEvalExit(const LlamaModel& model,

@@ -40,6 +40,11 @@ struct GenerateResult {
   int64_t draft_tokens = 0;
   int64_t accepted_tokens = 0;
   int64_t verifications = 0;
+  // Lossless mode: backbone layers the verification passes ran, summed over passes (each pass
+  // runs the layers above the round's smallest exit once, for all of its rows).
+  int64_t verified_layers = 0;
+  // Lossless mode: backbone layers the drafts ran before their exits, summed over drafts.
+  int64_t draft_backbone_layers = 0;
 };
 
 // Checks a prompt against the model: non-empty, every id inside the vocabulary, and room for

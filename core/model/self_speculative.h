@@ -19,15 +19,21 @@
 // decoding with those kernels bit for bit, and the fastest kernels' full depth wherever their
 // rounding does not flip an argmax (the tests check both on every golden case).
 //
-// A round verifies the pending token and the drafts but the last (whose KV nobody computed):
-// when every draft is accepted, the last one becomes the next round's pending token, so a round
-// emits between 1 and k tokens and no bonus token.
+// A round verifies the pending token and the drafts but the last (resumed at m), and the last
+// draft from layer 0 (no draft step ran it; one row through m layers), in one forward pass:
+// when every draft is accepted, the full model's token after the last draft is the bonus
+// token, so a round of k drafts emits between 1 and k + 1 tokens. Where max_tokens or the
+// context leaves no room for a bonus token (or the last draft ends the sequence), the last
+// draft's row is left out: an accepted last draft becomes the next round's pending token.
 //
 // Dynamic draft length: drafting stops after a draft whose own probability under the river is
 // below min_draft_confidence, or that would end the sequence; with adapt_draft_length, k grows
 // by 2 after a fully accepted round and shrinks by 1 otherwise, within [1, max_draft_tokens].
 
 #include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
 
 #include "absl/status/statusor.h"
 #include "core/model/exit_policy.h"
@@ -63,5 +69,16 @@ struct LosslessOptions {
 absl::StatusOr<GenerateResult> GenerateLossless(ShardedModel& model, const GenerateRequest& request,
                                                 const LosslessOptions& options,
                                                 const TokenCallback& on_token = nullptr);
+
+// The same for several independent sequences decoded together: their prefill is one pass, and
+// each round's draft steps and verification are one forward pass over the sequences still in
+// them (each with its own draft length and resume layer), so the weights are read once per
+// step for the whole batch. Results in request order; the error names the request. Greedy output
+// is each sequence's full-model output whatever the batch; under a batch-wide exit rule
+// (batch_min, all_passed) the drafts' exits depend on the batch, so a seeded sampled sequence
+// draws the same distribution but not the same tokens as alone (kSplit keeps them equal).
+absl::StatusOr<std::vector<GenerateResult>> GenerateLosslessBatch(
+    ShardedModel& model, absl::Span<const GenerateRequest> requests,
+    const LosslessOptions& options);
 
 }  // namespace estuary

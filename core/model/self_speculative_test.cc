@@ -114,11 +114,14 @@ TEST(SelfSpeculativeTest, GreedyEqualsFullDepthOnEveryPromptWith64Tokens) {
     Loaded loaded = LoadWithRiver("stories12L", tp);
     ASSERT_NE(loaded.model, nullptr);
     int64_t drafts = 0, accepted = 0;
+    std::vector<GenerateRequest> requests;
+    std::vector<std::vector<int32_t>> expected;
     for (const std::string& prompt : prompts) {
       auto ids = loaded.tokenizer->Encode(prompt, /*add_bos=*/true);
       ASSERT_TRUE(ids.ok()) << ids.status();
       GenerateRequest request = Greedy(*ids, 64);
       request.ignore_eos = true;  // 64 tokens every time
+      requests.push_back(request);
       // Full depth with the fastest kernels (the plain decode path) and with the batch-invariant
       // ones (what lossless runs, so equal by construction, bit for bit).
       auto fastest = Generate(*loaded.model, request);
@@ -135,6 +138,15 @@ TEST(SelfSpeculativeTest, GreedyEqualsFullDepthOnEveryPromptWith64Tokens) {
           << prompt << " TP " << tp << " hard";
       drafts += lossless.draft_tokens;
       accepted += lossless.accepted_tokens;
+      expected.push_back(exact->completion_ids);
+    }
+    // Batched: every prompt in one batch, each sequence with its own draft lengths and exits.
+    auto batched = GenerateLosslessBatch(*loaded.model, requests, EasyDrafts());
+    ASSERT_TRUE(batched.ok()) << batched.status();
+    ASSERT_EQ(batched->size(), requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ((*batched)[i].completion_ids, expected[i]) << prompts[i] << " TP " << tp
+                                                           << " batched";
     }
     // stories12L's river agrees with the backbone on most tokens at τ 0.8.
     EXPECT_GT(static_cast<double>(accepted) / static_cast<double>(drafts), 0.8) << "TP " << tp;
@@ -293,6 +305,51 @@ TEST(SelfSpeculativeTest, SeededSamplingIsReproducible) {
   const GenerateResult b = RunLossless(*loaded.model, request, HardDrafts());
   EXPECT_EQ(a.completion_ids, b.completion_ids);
   EXPECT_FALSE(a.completion_ids.empty());
+}
+
+// A sequence decodes the same in a batch as alone: mixed lengths, greedy and seeded sampling,
+// one that ends at once (max_tokens 0) and one that ends on the context.
+TEST(SelfSpeculativeTest, ASequenceDecodesTheSameInABatchAsAlone) {
+  Loaded loaded = LoadWithRiver("stories12L", 1);
+  ASSERT_NE(loaded.model, nullptr);
+  auto ids = loaded.tokenizer->Encode("Once upon a time", /*add_bos=*/true);
+  ASSERT_TRUE(ids.ok());
+  std::vector<GenerateRequest> requests;
+  for (int max_tokens : {0, 5, 40, 17}) requests.push_back(Greedy(*ids, max_tokens));
+  for (uint64_t seed : {3u, 11u}) {
+    GenerateRequest sampled = Greedy(*ids, 30);
+    sampled.sampling.temperature = 0.9f;
+    sampled.sampling.top_p = 0.95f;
+    sampled.sampling.seed = seed;
+    requests.push_back(sampled);
+  }
+  std::vector<int32_t> long_prompt(static_cast<size_t>(loaded.model->config().max_seq_len - 6),
+                                   ids->back());
+  long_prompt[0] = (*ids)[0];
+  GenerateRequest at_context = Greedy(long_prompt, 100);
+  at_context.ignore_eos = true;
+  requests.push_back(at_context);
+  // Each draft exits on its own (kSplit): under batch_min the batch shares exits, so the drafts,
+  // and which seeded draws accept them, would depend on the batch (not the distribution).
+  LosslessOptions options = EasyDrafts();
+  options.policy.rule = ExitRule::kSplit;
+  auto batched = GenerateLosslessBatch(*loaded.model, requests, options);
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerateResult alone = RunLossless(*loaded.model, requests[i], options);
+    EXPECT_EQ((*batched)[i].completion_ids, alone.completion_ids) << "request " << i;
+    EXPECT_EQ((*batched)[i].finish_reason, alone.finish_reason) << "request " << i;
+    EXPECT_EQ((*batched)[i].accepted_tokens, alone.accepted_tokens) << "request " << i;
+  }
+  EXPECT_TRUE((*batched)[0].completion_ids.empty());
+  EXPECT_EQ((*batched)[6].finish_reason, FinishReason::kContext);
+  EXPECT_EQ((*batched)[6].completion_ids.size(), 6u);
+  // The error names the request.
+  requests[2].max_tokens = -1;
+  auto bad = GenerateLosslessBatch(*loaded.model, requests, EasyDrafts());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("request 2"), std::string::npos) << bad.status();
+  EXPECT_FALSE(GenerateLosslessBatch(*loaded.model, {}, EasyDrafts()).ok());
 }
 
 TEST(SelfSpeculativeTest, RefusesWhatItCannotDoWithClearErrors) {

@@ -60,15 +60,16 @@ absl::StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::Create(
   return sharded;
 }
 
-std::unique_ptr<ShardedModel> ShardedModel::Borrow(const LlamaModel& model, const River* river) {
+std::unique_ptr<ShardedModel> ShardedModel::Borrow(const LlamaModel& model, const River* river,
+                                                   int threads) {
   std::unique_ptr<ShardedModel> sharded(new ShardedModel());
   sharded->shards_ = {&model};
   sharded->rivers_ = {river};
   sharded->owned_rivers_.resize(1);
-  sharded->threads_per_rank_ = 1;
+  sharded->threads_per_rank_ = std::max(1, threads);
   sharded->collective_timeout_ = absl::Seconds(30);
   sharded->threads_ = std::make_unique<parallel::RankThreads>(1);
-  sharded->pools_.push_back(std::make_unique<WorkerPool>(1));
+  sharded->pools_.push_back(std::make_unique<WorkerPool>(sharded->threads_per_rank_));
   return sharded;
 }
 

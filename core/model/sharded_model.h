@@ -72,8 +72,10 @@ class ShardedModel {
   static absl::StatusOr<std::unique_ptr<ShardedModel>> Create(std::unique_ptr<LlamaModel> model,
                                                               const ShardedModelOptions& options);
   // TP 1 over a model (and optional river) the caller owns and keeps alive: for engines and
-  // tools that were handed a plain LlamaModel. ReleaseBackboneLayersFrom is not available.
-  static std::unique_ptr<ShardedModel> Borrow(const LlamaModel& model, const River* river);
+  // tools that were handed a plain LlamaModel, its kernels on a pool of `threads` threads.
+  // ReleaseBackboneLayersFrom is not available.
+  static std::unique_ptr<ShardedModel> Borrow(const LlamaModel& model, const River* river,
+                                              int threads = 1);
   ~ShardedModel();
 
   int tp_size() const { return static_cast<int>(shards_.size()); }

@@ -50,6 +50,34 @@ TEST(EvalExitCommandTest, RowsPerThresholdAndFullInt4) {
   EXPECT_GT(rows[2]["kv_cosine_min"].get<double>(), 0.9);
 }
 
+// --exit-mode lossless adds a lossless row per τ: the full model's continuation exactly, with
+// the drafts' acceptance and what a token costs.
+TEST(EvalExitCommandTest, LosslessRowsReproduceTheFullModel) {
+  const fs::path prompts = fs::temp_directory_path() / "estuary-eval-lossless-prompts.txt";
+  std::ofstream(prompts) << "Once upon a time\nThe little dog was sad because\n";
+  const nlohmann::json out = RunJson(
+      {BinaryPath("cli/estuary"), "eval-exit", "--model", "models/stories12L", "--taus", "0.8",
+       "--prompts", prompts.string(), "--max-tokens", "32", "--exit-mode", "lossless",
+       "--draft-tokens", "6", "--json"});
+  fs::remove(prompts);
+  ASSERT_TRUE(out.contains("rows"));
+  const auto& rows = out["rows"];
+  ASSERT_EQ(rows.size(), 3u);  // τ 0.8, full int4, lossless τ 0.8
+  const auto& lossless = rows[2];
+  EXPECT_EQ(lossless["mode"], "lossless");
+  EXPECT_NEAR(lossless["tau"].get<double>(), 0.8, 1e-6);
+  EXPECT_DOUBLE_EQ(lossless["exact_match"].get<double>(), 1.0);
+  const double acceptance = lossless["acceptance"].get<double>();
+  EXPECT_GT(acceptance, 0.5);
+  EXPECT_LE(acceptance, 1.0);
+  // More than one token per verification, fewer weight bytes per token than full depth.
+  EXPECT_GT(lossless["tokens_per_verification"].get<double>(), 1.5);
+  EXPECT_LT(lossless["cost_per_token"].get<double>(), 1.0);
+  EXPECT_GT(lossless["cost_per_token"].get<double>(), 0.0);
+  EXPECT_GT(lossless["measured_speedup"].get<double>(), 0.0);
+  EXPECT_LT(lossless["mean_draft_backbone_layers"].get<double>(), 12.0);
+}
+
 TEST(BenchDecodeCommandTest, ModesAndBatchesOnATinySynthModel) {
   const fs::path dir = fs::temp_directory_path() / "estuary-bench-tiny";
   auto synth = RunProcess({BinaryPath("cli/estuary"), "synth", "--preset", "tiny", "--out",
@@ -74,6 +102,48 @@ TEST(BenchDecodeCommandTest, ModesAndBatchesOnATinySynthModel) {
             out["rows"][1]["bytes_per_token"].get<double>());
 }
 
+TEST(BenchDecodeCommandTest, TheLosslessModeAddsItsRowsAndSpeedupModel) {
+  const fs::path dir = fs::temp_directory_path() / "estuary-bench-tiny-lossless";
+  auto synth = RunProcess({BinaryPath("cli/estuary"), "synth", "--preset", "tiny", "--out",
+                           dir.string()});
+  ASSERT_TRUE(synth.ok() && synth->exit_code == 0);
+  const nlohmann::json out = RunJson(
+      {BinaryPath("cli/estuary"), "bench-decode", "--model", dir.string(), "--batch", "1,3",
+       "--exit-after", "1", "--steps", "2", "--exit-mode", "lossless", "--draft-tokens", "3",
+       "--min-draft-confidence", "0", "--json"});
+  fs::remove_all(dir);
+  ASSERT_TRUE(out.contains("rows"));
+  ASSERT_EQ(out["rows"].size(), 12u);  // per batch: full, river, int4, verify, full-gen, lossless
+  for (int batch : {1, 3}) {
+    int found = 0;
+    for (const auto& row : out["rows"]) {
+      if (row["batch"] != batch) continue;
+      EXPECT_GT(row["tokens_per_second"].get<double>(), 0.0) << row.dump();
+      if (row["mode"] == "lossless") {
+        ++found;
+        EXPECT_GE(row["acceptance"].get<double>(), 0.0);
+        EXPECT_LE(row["acceptance"].get<double>(), 1.0);
+        // A round emits between 1 and k + 1 tokens.
+        EXPECT_GE(row["tokens_per_verification"].get<double>(), 1.0);
+        EXPECT_LE(row["tokens_per_verification"].get<double>(), 4.0);
+      }
+      if (row["mode"] == "verify" || row["mode"] == "full-gen") ++found;
+    }
+    EXPECT_EQ(found, 3) << "batch " << batch;
+  }
+  ASSERT_EQ(out["lossless_models"].size(), 2u);
+  const auto& model = out["lossless_models"][0];
+  EXPECT_EQ(model["draft_tokens"], 3);
+  EXPECT_GT(model["river_cost"].get<double>(), 0.0);
+  EXPECT_GT(model["verify_cost"].get<double>(), 0.0);
+  // The model's speedup grows with the acceptance.
+  EXPECT_LT(model["predicted_speedup"]["0.70"].get<double>(),
+            model["predicted_speedup"]["1.00"].get<double>());
+  bool has_target = false;
+  for (const auto& t : out["targets"]) has_target |= t["name"].get<std::string>().find("lossless") == 0;
+  EXPECT_TRUE(has_target);
+}
+
 TEST(BenchDecodeCommandTest, BadFlagsAreRejected) {
   auto result = RunProcess({BinaryPath("cli/estuary"), "bench-decode"});
   ASSERT_TRUE(result.ok());
@@ -85,6 +155,19 @@ TEST(BenchDecodeCommandTest, BadFlagsAreRejected) {
   ASSERT_TRUE(result.ok());
   EXPECT_EQ(result->exit_code, 2);
   EXPECT_NE(result->err.find("abc"), std::string::npos) << result->err;
+  // The lossless-only flags need the lossless mode; the mode must be one of the two.
+  result = RunProcess({BinaryPath("cli/estuary"), "bench-decode", "--model", "models/stories260K",
+                       "--draft-tokens", "3"});
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->exit_code, 2);
+  EXPECT_NE(result->err.find("--draft-tokens applies to --exit-mode lossless"), std::string::npos)
+      << result->err;
+  result = RunProcess({BinaryPath("cli/estuary"), "eval-exit", "--model", "models/stories12L",
+                       "--prompts", "models/stories12L/prompts.txt", "--taus", "0.8",
+                       "--exit-mode", "bogus"});
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->exit_code, 2);
+  EXPECT_NE(result->err.find("use lossy or lossless"), std::string::npos) << result->err;
 }
 
 }  // namespace

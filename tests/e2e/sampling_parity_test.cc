@@ -150,7 +150,9 @@ TEST_P(SamplingParityTest, LogprobsComeBackForEveryTokenTheFirstIncluded) {
     double mass = 0;
     for (int k = 0; k < lp.top_size(); ++k) {
       EXPECT_LE(lp.top(k).logprob(), 0.0f);
-      if (k > 0) EXPECT_GE(lp.top(k - 1).logprob(), lp.top(k).logprob());
+      if (k > 0) {
+        EXPECT_GE(lp.top(k - 1).logprob(), lp.top(k).logprob());
+      }
       mass += std::exp(static_cast<double>(lp.top(k).logprob()));
     }
     EXPECT_LE(mass, 1.0 + 1e-4);
