@@ -269,41 +269,45 @@ absl::StatusOr<std::vector<EvalExitRow>> RunEvalExit(const LlamaModel& model,
   return rows;
 }
 
+namespace {
+
+// A threshold as a number, or the row's name ("full-int4") as a string.
+nlohmann::ordered_json TauJson(const std::string& tau) {
+  char* end = nullptr;
+  const double value = std::strtod(tau.c_str(), &end);
+  if (end != nullptr && *end == '\0') return value;
+  return tau;
+}
+
+nlohmann::ordered_json RowJson(const EvalExitRow& r) {
+  if (r.mode == "lossless") {
+    return {{"mode", r.mode},
+            {"tau", TauJson(r.tau)},
+            {"mean_draft_backbone_layers", r.mean_backbone_layers},
+            {"acceptance", r.acceptance},
+            {"tokens_per_verification", r.tokens_per_verification},
+            {"cost_per_token", r.cost_per_token},
+            {"exact_match", r.exact_match},
+            {"measured_speedup", r.measured_speedup},
+            {"tokens", r.tokens}};
+  }
+  return {{"tau", TauJson(r.tau)},
+          {"mean_backbone_layers", r.mean_backbone_layers},
+          {"exit_rate", r.exit_rate},
+          {"top1_agreement", r.top1_agreement},
+          {"nll_delta", r.nll_delta},
+          {"kv_cosine_min", r.kv_cosine_min},
+          {"modeled_bytes_ratio", r.modeled_bytes_ratio},
+          {"measured_speedup", r.measured_speedup},
+          {"tokens", r.tokens}};
+}
+
+}  // namespace
+
 std::string EvalExitJson(const std::vector<EvalExitRow>& rows) {
   nlohmann::ordered_json out;
   out["rows"] = nlohmann::ordered_json::array();
-  for (const EvalExitRow& r : rows) {
-    nlohmann::ordered_json row;
-    char* end = nullptr;
-    const double tau = std::strtod(r.tau.c_str(), &end);
-    if (end != nullptr && *end == '\0') {
-      row["tau"] = tau;
-    } else {
-      row["tau"] = r.tau;
-    }
-    row["mean_backbone_layers"] = r.mean_backbone_layers;
-    row["exit_rate"] = r.exit_rate;
-    row["top1_agreement"] = r.top1_agreement;
-    row["nll_delta"] = r.nll_delta;
-    row["kv_cosine_min"] = r.kv_cosine_min;
-    row["modeled_bytes_ratio"] = r.modeled_bytes_ratio;
-    row["measured_speedup"] = r.measured_speedup;
-    row["tokens"] = r.tokens;
-    if (r.mode == "lossless") {
-      nlohmann::ordered_json lossless;
-      lossless["mode"] = r.mode;
-      lossless["tau"] = row["tau"];
-      lossless["mean_draft_backbone_layers"] = r.mean_backbone_layers;
-      lossless["acceptance"] = r.acceptance;
-      lossless["tokens_per_verification"] = r.tokens_per_verification;
-      lossless["cost_per_token"] = r.cost_per_token;
-      lossless["exact_match"] = r.exact_match;
-      lossless["measured_speedup"] = r.measured_speedup;
-      lossless["tokens"] = r.tokens;
-      row = lossless;
-    }
-    out["rows"].push_back(row);
-  }
+  for (const EvalExitRow& r : rows) out["rows"].push_back(RowJson(r));
   return out.dump();
 }
 
