@@ -48,8 +48,10 @@ constexpr GemvShape kShapes[] = {
     {"down", 2048, 8192},       // MLP down
     {"lm_head", 128256, 2048},  // tied embedding as the LM head
 };
-// Batched decode: the shapes above but the LM head, at these numbers of tokens.
-constexpr int64_t kBatchTokens[] = {4, 16};
+// Batched decode: the shapes above but the LM head, at these numbers of tokens (1: the batch-
+// invariant path of one token, which the lossless drafts run; 5: a verification pass of four
+// drafts and the bonus row).
+constexpr int64_t kBatchTokens[] = {1, 4, 5, 16};
 constexpr int kBatchShapes = 4;  // the first four of kShapes
 
 // The weight / streaming buffer (bench_report.h), owned by main() for the whole run.

@@ -51,6 +51,7 @@ struct BenchDecodeRow {
   // "lossless" rows: drafts accepted per draft, and tokens emitted per verification pass.
   double acceptance = 0;
   double tokens_per_verification = 0;
+  double paired_speedup = 0;  // median over alternating pairs of full-gen time / lossless time
 };
 
 // The speedup model of the lossless mode at one batch, from the same run's step times in units

@@ -255,7 +255,7 @@ void ExpectBatchInvariantForAnyChunking(DType dtype) {
   const std::vector<float> x = RandomVector(n * cols, 4);
   std::vector<float> whole(static_cast<size_t>(n * rows));
   ASSERT_TRUE(MatMul(w, x.data(), n, whole.data(), {MatMulPath::kBatchInvariant, nullptr}).ok());
-  for (const int chunk : {1, 3, 16, 64}) {
+  for (const int chunk : {1, 3, 5, 9, 16, 64}) {  // 5 and 9 end in a 4 x 5 tile
     for (const int threads : {1, 2}) {
       WorkerPool pool(threads);
       std::vector<float> y(whole.size());
