@@ -8,37 +8,9 @@
 #include "core/common/status_macros.h"
 #include "core/kvcache/sequence_kv.h"
 #include "core/model/forward_batch.h"
+#include "decode/engine_sequence.h"
 
 namespace estuary {
-
-// One request's state, owned by the engine thread.
-struct DecodeEngine::Sequence {
-  Sequence(DecodeRequest r, KvPool* pool, int64_t arrival_order, float threshold,
-           std::vector<int32_t> eos_ids)
-      : request(std::move(r)),
-        tokens(request.prompt_ids),
-        sampler(request.sampling, std::move(eos_ids)),
-        kv(pool),
-        arrival(arrival_order),
-        exit_threshold(threshold) {}
-
-  // Tokens whose KV must be present before the next decode step: all but the last generated
-  // token (which the step feeds), or the whole prompt before the first token.
-  int PrefillTarget() const {
-    return static_cast<int>(tokens.size()) - (generated > 0 ? 1 : 0);
-  }
-  bool NeedsPrefill() const { return kv.length() < PrefillTarget(); }
-
-  DecodeRequest request;
-  std::vector<int32_t> tokens;  // prompt, then every generated token
-  int generated = 0;
-  Sampler sampler;
-  SequenceKv kv;
-  int64_t arrival;
-  float exit_threshold;
-  bool finished = false;
-  bool preempted = false;
-};
 
 // A sequence whose prompt KV is being pushed by a prefill worker.
 struct DecodeEngine::Reserved {
@@ -69,6 +41,7 @@ absl::Status DecodeEngineOptions::Validate(const LlamaConfig& config) const {
         "a GPU decode engine allocates its KV pool in GPU memory itself; a KV region allocator "
         "cannot be given with a CUDA device");
   }
+  ESTUARY_RETURN_IF_ERROR(lossless.Validate(config.n_layers));
   return exit.Validate(config.n_layers);
 }
 
@@ -101,9 +74,12 @@ DecodeEngine::DecodeEngine(std::unique_ptr<ShardedModel> borrowed,
       runner_(std::move(runner)),
       use_river_(runner_->has_river()),
       options_(options),
+      lossless_(options.lossless),
       sink_(std::move(sink)),
       pool_(runner_->pool()),
-      stats_(runner_->config().n_layers) {}
+      stats_(runner_->config().n_layers) {
+  lossless_.policy = options_.exit;
+}
 
 // Sequences hold pages of the pool, so they go before it.
 DecodeEngine::~DecodeEngine() {
@@ -123,6 +99,15 @@ absl::Status DecodeEngine::ValidateRequest(const DecodeRequest& request) const {
     return absl::InvalidArgumentError(absl::StrCat("exit threshold ", *request.exit_threshold,
                                                    " must be in [-1, 2]"));
   }
+  if (request.lossless && !use_river_) {
+    return absl::InvalidArgumentError(
+        "exit_mode lossless drafts on the exit river: start the decode worker with --river");
+  }
+  if (request.lossless && options_.cuda_device >= 0) {
+    return absl::UnimplementedError(
+        "exit_mode lossless runs on CPU ranks only: the GPU step has no verification pass yet");
+  }
+  if (request.lossless) ESTUARY_RETURN_IF_ERROR(lossless_.Validate(runner_->config().n_layers));
   return absl::OkStatus();
 }
 
@@ -136,8 +121,11 @@ std::unique_ptr<DecodeEngine::Sequence> DecodeEngine::NewSequence(DecodeRequest 
   const bool exits = use_river_ && !request.exit_disabled;
   const float tau = exits ? request.exit_threshold.value_or(options_.exit.default_threshold) : 2.0f;
   const int64_t arrival = arrivals_.fetch_add(1);
-  return std::make_unique<Sequence>(std::move(request), pool_.get(), arrival, tau,
-                                    runner_->config().eos_ids);
+  const bool lossless = request.lossless;
+  auto sequence = std::make_unique<Sequence>(std::move(request), pool_.get(), arrival, tau,
+                                             runner_->config().eos_ids);
+  if (lossless) sequence->round = std::make_unique<LosslessRound>(runner_->config(), lossless_);
+  return sequence;
 }
 
 absl::StatusOr<DecodeEngine::Reservation> DecodeEngine::Reserve(DecodeRequest request,
@@ -316,18 +304,19 @@ void DecodeEngine::Admit() {
 }
 
 absl::Status DecodeEngine::Forward(const std::vector<Sequence*>& batch,
-                                   absl::Span<const BatchEntry> entries,
-                                   bool decode, absl::Span<float> logits,
-                                   absl::Span<EntryOutcome> outcomes) {
+                                   absl::Span<const BatchEntry> entries, StepKind kind,
+                                   absl::Span<float> logits, absl::Span<EntryOutcome> outcomes) {
   std::vector<SequenceKv*> kvs;
   kvs.reserve(batch.size());
   for (Sequence* s : batch) kvs.push_back(&s->kv);
-  // Decode steps carry the engine's exit policy; prefill steps run the full backbone under the
-  // default one (τ above 1 for every entry): the river is there only for the layers that are not
-  // resident (--resident-backbone-layers), where the exit is forced.
+  // Decode and draft steps carry the engine's exit policy; prefill steps run the full backbone
+  // under the default one (τ above 1 for every entry): the river is there only for the layers
+  // that are not resident (--resident-backbone-layers), where the exit is forced. A
+  // verification runs the backbone alone (lossless requests need every layer resident).
   StepOptions step;
-  step.use_river = use_river_;
-  step.exit_policy = decode;
+  step.use_river = use_river_ && kind != StepKind::kVerify;
+  step.exit_policy = kind == StepKind::kDecode || kind == StepKind::kDraft;
+  step.chunk_invariant = kind == StepKind::kDraft || kind == StepKind::kVerify;
   return runner_->Forward(entries, kvs, step, logits, outcomes);
 }
 
@@ -360,7 +349,7 @@ absl::Status DecodeEngine::PrefillStep() {
   std::vector<float> logits(with_logits * vocab);
   std::vector<EntryOutcome> outcomes(entries.size());
   if (absl::Status status =
-          Forward(batch, entries, /*decode=*/false, absl::MakeSpan(logits),
+          Forward(batch, entries, StepKind::kPrefill, absl::MakeSpan(logits),
                   absl::MakeSpan(outcomes));
       !status.ok()) {
     FailAll(batch, status);
@@ -414,13 +403,21 @@ absl::Status DecodeEngine::DecodeStep() {
   }
   std::sort(candidates.begin(), candidates.end(),
             [](const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; });
-  std::vector<Sequence*> batch;
+  // Lossy sequences take one token per step; lossless ones a round (LosslessStep), with room
+  // for the positions it may write.
+  std::vector<Sequence*> batch, lossless;
   for (Sequence* s : candidates) {
-    if (!s->preempted && EnsureCapacity(*s, s->kv.length() + 1)) batch.push_back(s);
+    if (s->preempted) continue;
+    const int positions = s->round != nullptr ? LosslessRoundPositions(*s) : 1;
+    if (EnsureCapacity(*s, s->kv.length() + positions)) {
+      (s->round != nullptr ? lossless : batch).push_back(s);
+    }
   }
   // A sequence admitted to the batch may have been preempted by a later one's need.
-  batch.erase(std::remove_if(batch.begin(), batch.end(), [](Sequence* s) { return s->preempted; }),
-              batch.end());
+  const auto preempted = [](Sequence* s) { return s->preempted; };
+  batch.erase(std::remove_if(batch.begin(), batch.end(), preempted), batch.end());
+  lossless.erase(std::remove_if(lossless.begin(), lossless.end(), preempted), lossless.end());
+  if (!lossless.empty()) ESTUARY_RETURN_IF_ERROR(LosslessStep(lossless));
   if (batch.empty()) return absl::OkStatus();
 
   std::vector<BatchEntry> entries;
@@ -438,7 +435,7 @@ absl::Status DecodeEngine::DecodeStep() {
   std::vector<float> logits(with_logits * vocab);
   std::vector<EntryOutcome> outcomes(entries.size());
   if (absl::Status status =
-          Forward(batch, entries, /*decode=*/true, absl::MakeSpan(logits),
+          Forward(batch, entries, StepKind::kDecode, absl::MakeSpan(logits),
                   absl::MakeSpan(outcomes));
       !status.ok()) {
     FailAll(batch, status);
@@ -504,6 +501,10 @@ void DecodeEngine::Finish(Sequence& s, FinishReason reason, absl::Status status)
   event.finished = true;
   event.finish_reason = reason;
   event.status = std::move(status);
+  if (s.round != nullptr) {
+    event.draft_tokens = s.round->counts().draft_tokens;
+    event.accepted_tokens = s.round->counts().accepted_tokens;
+  }
   sink_(event);
 }
 

@@ -30,6 +30,7 @@
 #include "core/common/request_inbox.h"
 #include "core/kvcache/kv_pool.h"
 #include "core/model/exit_policy.h"
+#include "core/model/lossless_round.h"
 #include "core/model/llama_model.h"
 #include "core/model/river.h"
 #include "core/model/sharded_model.h"
@@ -47,6 +48,9 @@ struct DecodeEngineOptions {
   int max_num_batched_tokens = 512;  // prefill tokens per step
   bool enable_prefix_caching = true;
   ExitPolicy exit;                   // used only when a river is given
+  // Lossless requests' draft settings (k, the confidence floor, adaptation); their exits follow
+  // `exit` and each request's τ (the policy here is ignored).
+  LosslessOptions lossless;
   // Where the pool's memory comes from (kv_pool.h); default: anonymous mappings. A decode
   // worker passes its transport's allocator so that prefill peers on the host write directly.
   KvRegionAllocator kv_allocator;
@@ -133,10 +137,14 @@ class DecodeEngine {
 
   DecodeEngine(std::unique_ptr<ShardedModel> borrowed, std::unique_ptr<StepRunner> runner,
                const DecodeEngineOptions& options, TokenSink sink);
-  // One forward step of `entries` over the sequences' pages (every rank's, on the CPU).
-  // `decode`: a decode step, under the engine's exit policy (else a prefill step, no exit).
+  // What a forward step is for: a prompt chunk (no exit), a decode step (the engine's exit
+  // policy), or a lossless round's draft step (the same, batch-invariant kernels) or
+  // verification (backbone only, batch-invariant kernels).
+  enum class StepKind { kPrefill, kDecode, kDraft, kVerify };
+  // One forward step of `entries` over the sequences' pages (every rank's, on the CPU); entry i
+  // belongs to batch[i] (a sequence may own two entries of a verification).
   absl::Status Forward(const std::vector<Sequence*>& batch, absl::Span<const BatchEntry> entries,
-                       bool decode, absl::Span<float> logits, absl::Span<EntryOutcome> outcomes);
+                       StepKind kind, absl::Span<float> logits, absl::Span<EntryOutcome> outcomes);
 
   void DrainInbox();
   // Moves completed reservations into the running batch and expires lapsed leases.
@@ -149,6 +157,13 @@ class DecodeEngine {
   void Admit();
   absl::Status PrefillStep();
   absl::Status DecodeStep();
+  // One round for each lossless sequence of `batch` (capacity ensured): draft steps, one
+  // verification, the kept tokens emitted, the rejected positions rolled back
+  // (decode/lossless_step.cc).
+  absl::Status LosslessStep(std::vector<Sequence*>& batch);
+  // Positions a lossless sequence's next round may write from its pending token on.
+  int LosslessRoundPositions(const Sequence& sequence) const;
+  class LosslessAdapter;
   bool EnsureCapacity(Sequence& sequence, int tokens);
   void Preempt(Sequence& sequence);
   // Samples from `logits`, emits the token, and retires the sequence when it is done.
@@ -170,6 +185,7 @@ class DecodeEngine {
   std::unique_ptr<StepRunner> runner_;
   const bool use_river_;
   DecodeEngineOptions options_;
+  LosslessOptions lossless_;  // options_.lossless under options_.exit; the rounds refer to it
   TokenSink sink_;
   std::shared_ptr<KvPool> pool_;  // runner_->pool()
   ExitStats stats_;

@@ -22,6 +22,9 @@ struct DecodeRequest {
   std::optional<float> exit_threshold;  // τ; the engine's default when unset
   bool exit_disabled = false;           // every layer on the backbone
   bool ignore_eos = false;
+  // Exit mode lossless: the river drafts, the backbone verifies, so the tokens are the full
+  // model's (core/model/lossless_round.h); needs the engine's river, CPU ranks only.
+  bool lossless = false;
 };
 
 // One event per generated token, then (or with the last token) the final one.
@@ -33,6 +36,9 @@ struct TokenEvent {
   bool finished = false;
   FinishReason finish_reason = FinishReason::kLength;
   absl::Status status;          // CANCELLED on abort, RESOURCE_EXHAUSTED if it can never fit
+  // On the final event of a lossless request: drafts verified and drafts kept.
+  int64_t draft_tokens = 0;
+  int64_t accepted_tokens = 0;
 };
 
 // Called on the engine's thread, in order per request. Must not call back into the engine.

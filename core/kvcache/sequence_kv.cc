@@ -140,6 +140,15 @@ void SequenceKv::Release() {
   cached_tokens_ = 0;
 }
 
+void SequenceKv::ReleaseBeyond(int num_tokens) {
+  const int64_t keep_tokens = std::max({num_tokens, length_, frozen_tokens()});
+  const size_t keep = static_cast<size_t>((keep_tokens + block_size_ - 1) / block_size_);
+  while (pages_.size() > keep) {
+    pool_->Release(pages_.back());
+    pages_.pop_back();
+  }
+}
+
 void SequenceKv::set_length(int n) {
   if (n < frozen_tokens() || n > capacity()) {
     {

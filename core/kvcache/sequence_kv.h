@@ -48,6 +48,10 @@ class SequenceKv {
 
   // Releases every page and resets the sequence to empty (the pool pointer is kept).
   void Release();
+  // Releases the pages past those that hold positions [0, num_tokens), keeping at least the
+  // pages below length() (speculative writes past the length roll back this way: a page that
+  // holds no kept position goes back to the pool). Shared (frozen) pages are never released.
+  void ReleaseBeyond(int num_tokens);
 
   // Tokens whose K/V is present. Precondition: frozen_tokens() <= n <= capacity() (aborts
   // otherwise: shrinking into shared pages would let the next write corrupt them).

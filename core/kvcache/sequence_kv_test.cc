@@ -98,6 +98,24 @@ TEST(SequenceKvTest, ReserveGrowsByPagesAndReleases) {
   EXPECT_EQ(pool->free_pages(), 8);
 }
 
+// Speculative writes past the length roll back page by page: pages holding no position below
+// max(num_tokens, length) go back to the pool.
+TEST(SequenceKvTest, ReleaseBeyondReturnsPagesPastTheKeptPositions) {
+  std::unique_ptr<KvPool> pool = MakePool(kLayout, 8);
+  SequenceKv seq(pool.get());
+  ASSERT_TRUE(seq.Reserve(16 * 5).ok());
+  seq.set_length(20);
+  seq.ReleaseBeyond(40);  // positions [0, 40): 3 pages
+  EXPECT_EQ(seq.pages().size(), 3u);
+  EXPECT_EQ(pool->free_pages(), 5);
+  seq.ReleaseBeyond(0);  // never below the length: 20 positions, 2 pages
+  EXPECT_EQ(seq.pages().size(), 2u);
+  EXPECT_EQ(seq.length(), 20);
+  EXPECT_EQ(pool->free_pages(), 6);
+  seq.ReleaseBeyond(100);  // never grows
+  EXPECT_EQ(seq.pages().size(), 2u);
+}
+
 TEST(SequenceKvTest, MoveTransfersOwnership) {
   std::unique_ptr<KvPool> pool = MakePool(kLayout, 4);
   SequenceKv a(pool.get());

@@ -38,29 +38,10 @@
 #include "absl/status/statusor.h"
 #include "core/model/exit_policy.h"
 #include "core/model/generator.h"
+#include "core/model/lossless_round.h"
 #include "core/model/sharded_model.h"
 
 namespace estuary {
-
-inline constexpr int kMaxDraftTokens = 64;
-
-struct LosslessOptions {
-  ExitPolicy policy;         // the drafts' exits (τ, min / max backbone layers, rule)
-  int max_draft_tokens = 4;  // k: drafts per verification at most, in [1, kMaxDraftTokens]
-  // Drafting stops after a draft the river gives less than this probability (softmax of its
-  // logits at temperature 1 when greedy, the sampling distribution otherwise); 0: never.
-  float min_draft_confidence = 0.2f;
-  bool adapt_draft_length = true;
-  // How drafts are accepted. kSpeculative is the rule that keeps the full model's output.
-  // kAcceptEveryDraft (emit the river's tokens as drafted) exists only as the negative control
-  // of the distribution test: it must fail it.
-  enum class Acceptance : uint8_t { kSpeculative, kAcceptEveryDraft };
-  Acceptance acceptance = Acceptance::kSpeculative;
-
-  // INVALID_ARGUMENT names the option: k, the confidence in [0, 1], the policy, and every
-  // backbone layer resident (verification runs them all).
-  absl::Status Validate(int n_layers) const;
-};
 
 // Generates like Generate(ShardedModel&, ...) but losslessly through the river; fills
 // GenerateResult's draft_tokens, accepted_tokens and verifications (backbone_layers stays

@@ -1,0 +1,48 @@
+#pragma once
+// DecodeEngine::Sequence: one request's state in the decode engine, shared by the engine's
+// files (decode_engine.cc: scheduling, prefill and decode; lossless_step.cc: lossless rounds).
+// Internal to the engine: nothing else includes this.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/kvcache/sequence_kv.h"
+#include "core/model/lossless_round.h"
+#include "core/sampling/sampler.h"
+#include "decode/decode_engine.h"
+
+namespace estuary {
+
+// One request's state, owned by the engine thread.
+struct DecodeEngine::Sequence {
+  Sequence(DecodeRequest r, KvPool* pool, int64_t arrival_order, float threshold,
+           std::vector<int32_t> eos_ids)
+      : request(std::move(r)),
+        tokens(request.prompt_ids),
+        sampler(request.sampling, std::move(eos_ids)),
+        kv(pool),
+        arrival(arrival_order),
+        exit_threshold(threshold) {}
+
+  // Tokens whose KV must be present before the next decode step: all but the last generated
+  // token (which the step feeds), or the whole prompt before the first token.
+  int PrefillTarget() const {
+    return static_cast<int>(tokens.size()) - (generated > 0 ? 1 : 0);
+  }
+  bool NeedsPrefill() const { return kv.length() < PrefillTarget(); }
+
+  DecodeRequest request;
+  std::vector<int32_t> tokens;  // prompt, then every generated token
+  int generated = 0;
+  Sampler sampler;
+  SequenceKv kv;
+  int64_t arrival;
+  float exit_threshold;
+  bool finished = false;
+  bool preempted = false;
+  // Lossless requests (DecodeRequest::lossless): their rounds (decode/lossless_step.cc).
+  std::unique_ptr<LosslessRound> round;
+};
+
+}  // namespace estuary

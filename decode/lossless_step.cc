@@ -1,0 +1,121 @@
+// DecodeEngine's lossless rounds (DecodeRequest::lossless): each step, every lossless sequence
+// drafts on the river and verifies on the backbone (core/model/lossless_round.h), all of them
+// batched into one forward pass per draft step and one per verification. The round writes its
+// positions into the sequence's own pages past its length; only verified KV is ever kept below
+// the length (the prefix cache registers prompt pages alone), and pages that end up holding no
+// kept position go back to the pool at once.
+
+#include <algorithm>
+#include <vector>
+
+#include "core/model/generator.h"
+#include "decode/decode_engine.h"
+#include "decode/engine_sequence.h"
+
+namespace estuary {
+
+// A sequence as its round sees it: tokens and sampler, with emission through the engine (the
+// sink, the end rules, retirement).
+class DecodeEngine::LosslessAdapter final : public LosslessOwner {
+ public:
+  LosslessAdapter(DecodeEngine& engine, Sequence& sequence) : engine_(engine), s_(sequence) {}
+
+  const std::vector<int32_t>& history() const override { return s_.tokens; }
+  int generated() const override { return s_.generated; }
+  Sampler& sampler() override { return s_.sampler; }
+  bool Ends(int32_t token) const override {
+    return EndsSequence(engine_.runner_->config(), s_.sampler, token, s_.request.ignore_eos)
+        .has_value();
+  }
+  // Every kept token is the full model's: it counts as a full-depth token.
+  bool Emit(SampledToken token) override {
+    const int n_layers = engine_.runner_->config().n_layers;
+    engine_.stats_.RecordDecodeToken(n_layers);
+    engine_.EmitToken(s_, std::move(token), n_layers);
+    return s_.finished;
+  }
+
+ private:
+  DecodeEngine& engine_;
+  Sequence& s_;
+};
+
+int DecodeEngine::LosslessRoundPositions(const Sequence& s) const {
+  const int pending_pos = static_cast<int>(s.tokens.size()) - 1;
+  const int room = std::min(s.request.max_tokens - s.generated,
+                            runner_->config().max_seq_len - pending_pos);
+  return std::max(1, std::min(s.round->max_draft_tokens() + 1, room));
+}
+
+absl::Status DecodeEngine::LosslessStep(std::vector<Sequence*>& batch) {
+  const size_t vocab = static_cast<size_t>(runner_->config().vocab_size);
+  const int max_seq_len = runner_->config().max_seq_len;
+  for (Sequence* s : batch) {
+    LosslessAdapter owner(*this, *s);
+    const int pending_pos = static_cast<int>(s->tokens.size()) - 1;
+    s->round->Begin(owner, std::min(s->request.max_tokens - s->generated,
+                                    max_seq_len - pending_pos));
+  }
+  std::vector<float> logits;
+  std::vector<EntryOutcome> outcomes;
+  // Draft steps, over the sequences still drafting.
+  while (true) {
+    std::vector<Sequence*> drafting;
+    std::vector<BatchEntry> entries;
+    for (Sequence* s : batch) {
+      if (!s->round->drafting()) continue;
+      BatchEntry entry = s->round->DraftEntry();
+      entry.exit_threshold = s->exit_threshold;  // the request's τ
+      drafting.push_back(s);
+      entries.push_back(entry);
+    }
+    if (drafting.empty()) break;
+    logits.assign(entries.size() * vocab, 0.0f);
+    outcomes.assign(entries.size(), EntryOutcome{});
+    if (absl::Status status = Forward(drafting, entries, StepKind::kDraft,
+                                      absl::MakeSpan(logits), absl::MakeSpan(outcomes));
+        !status.ok()) {
+      FailAll(batch, status);
+      return status;
+    }
+    for (size_t i = 0; i < drafting.size(); ++i) {
+      LosslessAdapter owner(*this, *drafting[i]);
+      drafting[i]->round->AfterDraft(
+          owner, absl::MakeSpan(logits).subspan(i * vocab, vocab), outcomes[i]);
+    }
+  }
+  // One verification over every sequence (one or two entries each).
+  std::vector<Sequence*> owners;
+  std::vector<BatchEntry> entries;
+  size_t rows = 0;
+  for (Sequence* s : batch) {
+    LosslessAdapter owner(*this, *s);
+    for (const BatchEntry& entry : s->round->VerifyEntries(owner)) {
+      owners.push_back(s);
+      entries.push_back(entry);
+    }
+    rows += static_cast<size_t>(s->round->verify_rows());
+  }
+  logits.assign(rows * vocab, 0.0f);
+  outcomes.assign(entries.size(), EntryOutcome{});
+  if (absl::Status status = Forward(owners, entries, StepKind::kVerify, absl::MakeSpan(logits),
+                                    absl::MakeSpan(outcomes));
+      !status.ok()) {
+    FailAll(batch, status);
+    return status;
+  }
+  size_t row = 0;
+  for (Sequence* s : batch) {
+    const size_t n = static_cast<size_t>(s->round->verify_rows());
+    LosslessAdapter owner(*this, *s);
+    s->round->Accept(owner, absl::MakeSpan(logits).subspan(row * vocab, n * vocab));
+    row += n;
+    if (s->finished) continue;
+    // Verified KV below the new pending token; the rest rolls back.
+    s->kv.set_length(static_cast<int>(s->tokens.size()) - 1);
+    s->kv.ReleaseBeyond(s->kv.length());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace estuary
