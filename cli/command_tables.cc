@@ -41,7 +41,10 @@ const Names& DecodeOnlyFlags() {
                               "river_refine",
                               "int4_kernel",
                               "lease_ms",
-                              "debug_step_delay"};
+                              "debug_step_delay",
+                              "exit_mode",
+                              "draft_tokens",
+                              "min_draft_confidence"};
   return names;
 }
 
@@ -108,7 +111,8 @@ const Names& UpPassThroughFlags() {
       "engine_stall_timeout", "max_failed_steps", "bf16_kernel",
       // decode workers
       "exit_threshold", "exit_rule", "min_backbone_layers", "max_backbone_layers",
-      "river_group_size", "river_refine", "int4_kernel", "lease_ms"};
+      "river_group_size", "river_refine", "int4_kernel", "lease_ms", "exit_mode", "draft_tokens",
+      "min_draft_confidence"};
   return names;
 }
 

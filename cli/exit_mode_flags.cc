@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
+#include "core/common/status_macros.h"
 
 ABSL_FLAG(std::string, exit_mode, "lossy",
           "lossy (a token that exits finishes on the int4 river) or lossless (the river drafts, "
@@ -15,23 +16,37 @@ ABSL_FLAG(double, min_draft_confidence, 0.2,
 
 namespace estuary::cli {
 
+namespace {
+
+// The first lossless-only flag set on the command line, as the user spells it; empty if none.
+std::string SetDraftFlag() {
+  for (const char* name : {"draft_tokens", "min_draft_confidence"}) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
+      return name == std::string("draft_tokens") ? "--draft-tokens" : "--min-draft-confidence";
+    }
+  }
+  return "";
+}
+
+// Whether --exit-mode says lossless; INVALID_ARGUMENT for an unknown mode.
+absl::StatusOr<bool> LosslessMode() {
+  const std::string mode = absl::GetFlag(FLAGS_exit_mode);
+  if (mode == "lossy") return false;
+  if (mode == "lossless") return true;
+  return absl::InvalidArgumentError(absl::StrCat("--exit-mode=", mode, ": use lossy or lossless"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::optional<LosslessOptions>> LosslessOptionsFromFlags(bool river,
                                                                         const ExitPolicy& policy) {
-  const std::string mode = absl::GetFlag(FLAGS_exit_mode);
-  if (mode == "lossy") {
-    for (const char* name : {"draft_tokens", "min_draft_confidence"}) {
-      const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-      if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--", name == std::string("draft_tokens") ? "draft-tokens" : "min-draft-confidence",
-            " applies to --exit-mode lossless"));
-      }
+  ESTUARY_ASSIGN_OR_RETURN(const bool lossless, LosslessMode());
+  if (!lossless) {
+    if (const std::string flag = SetDraftFlag(); !flag.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " applies to --exit-mode lossless"));
     }
     return std::nullopt;
-  }
-  if (mode != "lossless") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--exit-mode=", mode, ": use lossy or lossless"));
   }
   if (!river) {
     return absl::InvalidArgumentError("--exit-mode lossless drafts on the exit river: add --river");
@@ -41,6 +56,21 @@ absl::StatusOr<std::optional<LosslessOptions>> LosslessOptionsFromFlags(bool riv
   options.max_draft_tokens = absl::GetFlag(FLAGS_draft_tokens);
   options.min_draft_confidence = static_cast<float>(absl::GetFlag(FLAGS_min_draft_confidence));
   return options;
+}
+
+absl::StatusOr<WorkerExitMode> WorkerExitModeFromFlags(bool river) {
+  WorkerExitMode out;
+  ESTUARY_ASSIGN_OR_RETURN(out.default_lossless, LosslessMode());
+  if (!river && out.default_lossless) {
+    return absl::InvalidArgumentError("--exit-mode lossless drafts on the exit river: add --river");
+  }
+  if (const std::string flag = SetDraftFlag(); !river && !flag.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " applies to lossless requests, which need --river"));
+  }
+  out.lossless.max_draft_tokens = absl::GetFlag(FLAGS_draft_tokens);
+  out.lossless.min_draft_confidence = static_cast<float>(absl::GetFlag(FLAGS_min_draft_confidence));
+  return out;
 }
 
 }  // namespace estuary::cli

@@ -22,4 +22,13 @@ namespace estuary::cli {
 absl::StatusOr<std::optional<LosslessOptions>> LosslessOptionsFromFlags(bool river,
                                                                         const ExitPolicy& policy);
 
+// The decode worker's reading: --exit-mode is the mode of requests that name none, and the
+// draft flags apply to every lossless request (so they are accepted with either mode), all of
+// it only with --river (INVALID_ARGUMENT otherwise, and for an unknown mode).
+struct WorkerExitMode {
+  bool default_lossless = false;
+  LosslessOptions lossless;  // its policy is the engine's (DecodeEngineOptions::lossless)
+};
+absl::StatusOr<WorkerExitMode> WorkerExitModeFromFlags(bool river);
+
 }  // namespace estuary::cli

@@ -1,4 +1,5 @@
 #include "decode/decode_engine.h"
+#include "decode/engine_test_collector.h"
 
 #include <algorithm>
 #include <cstring>
@@ -20,17 +21,7 @@ std::vector<GoldenCase> LoadGolden(const std::string& model) {
   return ::estuary::testing::LoadGoldenCases(model);
 }
 
-// Collects every request's tokens and final event.
-struct Collector {
-  std::map<std::string, std::vector<int32_t>> tokens;
-  std::map<std::string, TokenEvent> final_events;
-  TokenSink Sink() {
-    return [this](const TokenEvent& e) {
-      if (e.token_id >= 0) tokens[e.request_id].push_back(e.token_id);
-      if (e.finished) final_events[e.request_id] = e;
-    };
-  }
-};
+using Collector = TokenCollector;
 
 DecodeRequest Greedy(const std::string& id, std::vector<int32_t> prompt, int max_tokens = 200) {
   DecodeRequest r;

@@ -50,7 +50,7 @@ struct DecodeMetrics {
       "estuary:exit_rate", "Share of generated tokens that left the backbone early.");
 };
 
-DecodeRequest FromProto(const estuary::v1::WorkerRequest& proto) {
+DecodeRequest FromProto(const estuary::v1::WorkerRequest& proto, bool default_lossless) {
   DecodeRequest request;
   request.request_id = proto.request_id();
   request.prompt_ids.assign(proto.prompt_ids().begin(), proto.prompt_ids().end());
@@ -60,6 +60,16 @@ DecodeRequest FromProto(const estuary::v1::WorkerRequest& proto) {
   request.ignore_eos = proto.sampling().ignore_eos();
   if (proto.exit().threshold() != 0.0f) request.exit_threshold = proto.exit().threshold();
   request.exit_disabled = proto.exit().disable();
+  switch (proto.exit().mode()) {
+    case estuary::v1::EXIT_MODE_LOSSLESS:
+      request.lossless = true;
+      break;
+    case estuary::v1::EXIT_MODE_LOSSY:
+      request.lossless = false;
+      break;
+    default:
+      request.lossless = default_lossless;
+  }
   return request;
 }
 
@@ -162,7 +172,7 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* context,
       request->lease_ms() > 0 ? absl::Milliseconds(request->lease_ms()) : options_.default_lease;
   lease = std::min(lease, options_.max_lease);
   if (control_.draining) return worker::DrainingStatus();
-  DecodeRequest decode = FromProto(request->request());
+  DecodeRequest decode = FromProto(request->request(), options_.default_lossless);
   const std::string id = decode.request_id;
   if (absl::Status opened = streams_.Open(id); !opened.ok()) return ToGrpcStatus(opened);
   absl::StatusOr<DecodeEngine::Reservation> reservation =
@@ -185,7 +195,7 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* context,
   if (request->has_local_prefill()) {
     if (control_.draining) return worker::DrainingStatus();
     if (absl::Status opened = streams_.Open(id); !opened.ok()) return ToGrpcStatus(opened);
-    if (absl::Status submitted = engine_->Submit(FromProto(request->local_prefill()));
+    if (absl::Status submitted = engine_->Submit(FromProto(request->local_prefill(), options_.default_lossless));
         !submitted.ok()) {
       streams_.Close(id);
       return ToGrpcStatus(submitted);
@@ -220,6 +230,8 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* context,
         response.set_finish_reason(rpc::FinishReasonToProto(e.finish_reason));
         response.set_status_code(static_cast<int>(e.status.code()));
         response.set_status_message(std::string(e.status.message()));
+        response.set_draft_tokens(e.draft_tokens);
+        response.set_accepted_tokens(e.accepted_tokens);
       }
     }
     if (!writer->Write(response)) {  // the client went away

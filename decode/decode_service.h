@@ -40,6 +40,8 @@ struct DecodeServiceOptions {
   // Fault injection (--debug-step-delay, for health and drain tests): every engine step that has
   // work sleeps this long first, on the engine thread, as a slow or stalled engine would.
   absl::Duration debug_step_delay = absl::ZeroDuration();
+  // The exit mode of requests that name none (EXIT_MODE_UNSPECIFIED): --exit-mode.
+  bool default_lossless = false;
 };
 
 class DecodeService final : public estuary::v1::DecodeWorker::Service {

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "cli/command_tables.h"
 #include "cli/kernel_flags.h"
+#include "cli/exit_mode_flags.h"
 #include "cli/river_flags.h"
 #include "core/common/status_macros.h"
 #include "decode/decode_service.h"
@@ -47,6 +48,10 @@ absl::Status Run() {
   if (!absl::GetFlag(FLAGS_river)) ESTUARY_RETURN_IF_ERROR(cli::RefuseRiverFlagsWithoutRiver());
   ESTUARY_ASSIGN_OR_RETURN(const cli::RiverOptions river, cli::RiverOptionsFromFlags());
   options.engine.exit = river.policy;
+  ESTUARY_ASSIGN_OR_RETURN(const cli::WorkerExitMode exit_mode,
+                           cli::WorkerExitModeFromFlags(absl::GetFlag(FLAGS_river)));
+  options.default_lossless = exit_mode.default_lossless;
+  options.engine.lossless = exit_mode.lossless;
   if (absl::GetFlag(FLAGS_lease_ms) <= 0) return absl::InvalidArgumentError("--lease-ms must be > 0");
   options.default_lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   options.debug_step_delay = absl::GetFlag(FLAGS_debug_step_delay);

@@ -1,7 +1,6 @@
 // The lossless exit mode in the decode engine (DecodeRequest::lossless): continuous batching
 // of lossless and lossy sequences over the paged pool, with preemption and aborts, gives the
 // full model's tokens and returns every page.
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -11,6 +10,7 @@
 #include "core/model/river.h"
 #include "core/model/sharded_model.h"
 #include "decode/decode_engine.h"
+#include "decode/engine_test_collector.h"
 #include "gtest/gtest.h"
 #include "tests/testing/golden_cases.h"
 
@@ -21,16 +21,7 @@ using ::estuary::testing::GoldenCase;
 using ::estuary::testing::GoldenModelDir;
 using ::estuary::testing::LoadGoldenCases;
 
-struct Collector {
-  std::map<std::string, std::vector<int32_t>> tokens;
-  std::map<std::string, TokenEvent> final_events;
-  TokenSink Sink() {
-    return [this](const TokenEvent& e) {
-      if (e.token_id >= 0) tokens[e.request_id].push_back(e.token_id);
-      if (e.finished) final_events[e.request_id] = e;
-    };
-  }
-};
+using Collector = TokenCollector;
 
 DecodeRequest Lossless(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
   DecodeRequest r;
@@ -40,6 +31,23 @@ DecodeRequest Lossless(const std::string& id, std::vector<int32_t> prompt, int m
   r.sampling.temperature = 0.0f;
   r.lossless = true;
   return r;
+}
+
+// A model and its exit river (null river when either failed to load).
+struct WithRiver {
+  LoadedModel loaded;
+  std::unique_ptr<River> river;
+};
+WithRiver LoadWithRiver(const std::string& name) {
+  WithRiver out;
+  auto loaded = LoadModel("models/" + name);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  if (!loaded.ok()) return out;
+  out.loaded = std::move(*loaded);
+  auto river = River::Build(out.loaded.model->weights(), Int4QuantOptions());
+  EXPECT_TRUE(river.ok()) << river.status();
+  if (river.ok()) out.river = std::move(*river);
+  return out;
 }
 
 std::unique_ptr<ShardedModel> LoadSharded(const std::string& name, int tp) {
@@ -96,39 +104,28 @@ TEST(LosslessEngineTest, GoldenIdsOfEveryCaseInOneBatchAtTp1AndTp2) {
   }
 }
 
-std::vector<std::string> ReadLines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) lines.push_back(line);
-  }
-  return lines;
-}
-
 // Every prompt of prompts.txt with 64 new tokens, through continuous batching (8 sequences at a
 // time, lossy full-depth requests mixed in): each lossless sequence gives the full model's ids.
 TEST(LosslessEngineTest, EveryPromptWith64TokensUnderContinuousBatching) {
-  auto loaded = LoadModel("models/stories12L");
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  auto river = River::Build(loaded->model->weights(), Int4QuantOptions());
-  ASSERT_TRUE(river.ok());
-  const std::vector<std::string> prompts = ReadLines(GoldenModelDir("stories12L") + "/prompts.txt");
+  const WithRiver m = LoadWithRiver("stories12L");
+  ASSERT_NE(m.river, nullptr);
+  const std::vector<std::string> prompts = ::estuary::testing::LoadEvalPrompts("stories12L");
   ASSERT_GE(prompts.size(), 20u);
   DecodeEngineOptions options = EasyDrafts();
   options.max_num_seqs = 8;
   Collector collector;
-  auto engine = DecodeEngine::Create(*loaded->model, river->get(), options, collector.Sink());
+  auto engine = DecodeEngine::Create(*m.loaded.model, m.river.get(), options, collector.Sink());
   ASSERT_TRUE(engine.ok()) << engine.status();
   std::vector<std::vector<int32_t>> expected;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    auto ids = loaded->tokenizer->Encode(prompts[i], /*add_bos=*/true);
+    auto ids = m.loaded.tokenizer->Encode(prompts[i], /*add_bos=*/true);
     ASSERT_TRUE(ids.ok());
     GenerateRequest full;
     full.prompt_ids = *ids;
     full.max_tokens = 64;
     full.ignore_eos = true;
     full.sampling.temperature = 0.0f;
-    auto reference = Generate(*loaded->model, full);
+    auto reference = Generate(*m.loaded.model, full);
     ASSERT_TRUE(reference.ok());
     expected.push_back(reference->completion_ids);
     DecodeRequest request = Lossless("p" + std::to_string(i), *ids, 64);
@@ -152,10 +149,8 @@ TEST(LosslessEngineTest, EveryPromptWith64TokensUnderContinuousBatching) {
 // A pool too small for everyone forces preemption; aborts land between rounds. Survivors give
 // the golden ids, and every page comes back.
 TEST(LosslessEngineTest, PreemptionAbortsAndPoolAccounting) {
-  auto loaded = LoadModel("models/stories260K");
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  auto river = River::Build(loaded->model->weights(), Int4QuantOptions());
-  ASSERT_TRUE(river.ok());
+  const WithRiver m = LoadWithRiver("stories260K");
+  ASSERT_NE(m.river, nullptr);
   const std::vector<GoldenCase> cases = LoadGoldenCases("stories260K");
   DecodeEngineOptions options = EasyDrafts();
   options.block_size = 16;
@@ -163,7 +158,7 @@ TEST(LosslessEngineTest, PreemptionAbortsAndPoolAccounting) {
   options.lossless.max_draft_tokens = 6;
   options.lossless.min_draft_confidence = 0.0f;  // long drafts: many rejected positions
   Collector collector;
-  auto engine = DecodeEngine::Create(*loaded->model, river->get(), options, collector.Sink());
+  auto engine = DecodeEngine::Create(*m.loaded.model, m.river.get(), options, collector.Sink());
   ASSERT_TRUE(engine.ok()) << engine.status();
   KvPool& pool = (*engine)->mutable_pool();
   const int32_t free_at_start = pool.free_pages();
@@ -200,10 +195,8 @@ TEST(LosslessEngineTest, PreemptionAbortsAndPoolAccounting) {
 // its verified positions (small pages and long, often rejected drafts, so that rollbacks cross
 // pages), and its output is still the golden one.
 TEST(LosslessEngineTest, RejectedPositionsGiveTheirPagesBackAfterEveryRound) {
-  auto loaded = LoadModel("models/stories260K");
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  auto river = River::Build(loaded->model->weights(), Int4QuantOptions());
-  ASSERT_TRUE(river.ok());
+  const WithRiver m = LoadWithRiver("stories260K");
+  ASSERT_NE(m.river, nullptr);
   const GoldenCase c = LoadGoldenCases("stories260K").at(0);
   DecodeEngineOptions options = EasyDrafts();
   options.block_size = 4;
@@ -212,7 +205,7 @@ TEST(LosslessEngineTest, RejectedPositionsGiveTheirPagesBackAfterEveryRound) {
   options.lossless.max_draft_tokens = 8;
   options.lossless.min_draft_confidence = 0.0f;
   Collector collector;
-  auto engine = DecodeEngine::Create(*loaded->model, river->get(), options, collector.Sink());
+  auto engine = DecodeEngine::Create(*m.loaded.model, m.river.get(), options, collector.Sink());
   ASSERT_TRUE(engine.ok()) << engine.status();
   const KvPool& pool = (*engine)->pool();
   const int32_t total = pool.free_pages();
@@ -237,15 +230,13 @@ TEST(LosslessEngineTest, RejectedPositionsGiveTheirPagesBackAfterEveryRound) {
 // Seeded sampling runs and repeats itself; lossless without a river, or with a backbone layer
 // dropped, is refused with the reason.
 TEST(LosslessEngineTest, SamplingRepeatsAndBadSetupsAreRefused) {
-  auto loaded = LoadModel("models/stories260K");
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  auto river = River::Build(loaded->model->weights(), Int4QuantOptions());
-  ASSERT_TRUE(river.ok());
+  const WithRiver m = LoadWithRiver("stories260K");
+  ASSERT_NE(m.river, nullptr);
   const std::vector<GoldenCase> cases = LoadGoldenCases("stories260K");
   std::vector<std::vector<int32_t>> runs;
   for (int run = 0; run < 2; ++run) {
     Collector collector;
-    auto engine = DecodeEngine::Create(*loaded->model, river->get(), EasyDrafts(),
+    auto engine = DecodeEngine::Create(*m.loaded.model, m.river.get(), EasyDrafts(),
                                        collector.Sink());
     ASSERT_TRUE(engine.ok());
     DecodeRequest request = Lossless("s", cases[0].prompt_ids, 40);
@@ -261,7 +252,7 @@ TEST(LosslessEngineTest, SamplingRepeatsAndBadSetupsAreRefused) {
   EXPECT_EQ(runs[0], runs[1]);
 
   Collector collector;
-  auto plain = DecodeEngine::Create(*loaded->model, nullptr, EasyDrafts(), collector.Sink());
+  auto plain = DecodeEngine::Create(*m.loaded.model, nullptr, EasyDrafts(), collector.Sink());
   ASSERT_TRUE(plain.ok());
   const absl::Status no_river = (*plain)->Submit(Lossless("x", cases[0].prompt_ids, 4));
   EXPECT_EQ(no_river.code(), absl::StatusCode::kInvalidArgument);
@@ -269,7 +260,7 @@ TEST(LosslessEngineTest, SamplingRepeatsAndBadSetupsAreRefused) {
 
   DecodeEngineOptions dropped = EasyDrafts();
   dropped.exit.resident_backbone_layers = 2;
-  auto partial = DecodeEngine::Create(*loaded->model, river->get(), dropped, collector.Sink());
+  auto partial = DecodeEngine::Create(*m.loaded.model, m.river.get(), dropped, collector.Sink());
   ASSERT_TRUE(partial.ok()) << partial.status();
   const absl::Status not_resident = (*partial)->Submit(Lossless("y", cases[0].prompt_ids, 4));
   EXPECT_EQ(not_resident.code(), absl::StatusCode::kInvalidArgument);

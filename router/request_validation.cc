@@ -128,6 +128,11 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const estuary::v1::GenerateReques
     return absl::InvalidArgumentError(
         absl::StrCat("exit.threshold = ", tau, " must be in [-1, 2] (0 = the server default)"));
   }
+  if (!estuary::v1::ExitMode_IsValid(request.exit().mode())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "exit.mode = ", request.exit().mode(),
+        " is not an exit mode (0 = the server default, 1 = lossy, 2 = lossless)"));
+  }
   prepared.exit = request.exit();
 
   prepared.sampling = s;

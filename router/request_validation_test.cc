@@ -19,7 +19,7 @@ class RequestValidationTest : public ::testing::Test {
     auto loaded = LoadModel(::estuary::testing::GoldenModelDir("stories260K"));
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     const LlamaConfig& c = loaded->model->config();
-    limits_ = new ModelLimits{c.max_seq_len, c.vocab_size, c.n_layers};
+    limits_ = new ModelLimits{c.max_seq_len, c.vocab_size, c.n_layers, {}};
     tokenizer_ = loaded->tokenizer.release();
   }
   static void TearDownTestSuite() {

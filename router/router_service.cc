@@ -98,6 +98,8 @@ class RouterService::Relay {
     std::string text;
     // Log-probabilities pass through only when the worker gave one per token.
     const bool with_logprobs = response.logprobs_size() == response.token_ids_size();
+    draft_tokens_ += response.draft_tokens();  // the final response of a lossless request
+    accepted_tokens_ += response.accepted_tokens();
     for (int i = 0; i < response.token_ids_size(); ++i) {
       const int32_t id = response.token_ids(i);
       const int layers = i < response.backbone_layers_size() ? response.backbone_layers(i)
@@ -134,6 +136,8 @@ class RouterService::Relay {
     usage->set_completion_tokens(tokens_);
     usage->set_mean_backbone_layers(tokens_ > 0 ? static_cast<double>(layer_sum_) / tokens_ : 0.0);
     for (int64_t n : histogram_) usage->add_exit_layer_histogram(n);
+    usage->set_draft_tokens(draft_tokens_);
+    usage->set_accepted_tokens(accepted_tokens_);
   }
 
  private:
@@ -143,6 +147,8 @@ class RouterService::Relay {
   int tokens_ = 0;
   int64_t layer_sum_ = 0;
   std::vector<int64_t> histogram_;
+  int64_t draft_tokens_ = 0;  // summed over attempts (a migrated stream's workers)
+  int64_t accepted_tokens_ = 0;
 };
 
 absl::StatusOr<std::unique_ptr<RouterService>> RouterService::Create(const RouterOptions& options) {

@@ -98,17 +98,8 @@ TEST(SelfSpeculativeTest, GreedyGivesTheGoldenIdsOfEveryCaseAtTp1AndTp2) {
   }
 }
 
-std::vector<std::string> ReadLines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) lines.push_back(line);
-  }
-  return lines;
-}
-
 TEST(SelfSpeculativeTest, GreedyEqualsFullDepthOnEveryPromptWith64Tokens) {
-  const std::vector<std::string> prompts = ReadLines(GoldenModelDir("stories12L") + "/prompts.txt");
+  const std::vector<std::string> prompts = ::estuary::testing::LoadEvalPrompts("stories12L");
   ASSERT_GE(prompts.size(), 20u);
   for (int tp : {1, 2}) {
     Loaded loaded = LoadWithRiver("stories12L", tp);

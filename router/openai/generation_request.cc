@@ -169,6 +169,14 @@ absl::StatusOr<estuary::v1::GenerateRequest> ParseSampling(const nlohmann::json&
   one.mutable_exit()->set_threshold(static_cast<float>(tau));
   ESTUARY_ASSIGN_OR_RETURN(bool disable, BoolField(body, "exit_disable", false));
   one.mutable_exit()->set_disable(disable);
+  ESTUARY_ASSIGN_OR_RETURN(const std::string mode, StringField(body, "exit_mode", ""));
+  if (mode == "lossless") {
+    one.mutable_exit()->set_mode(estuary::v1::EXIT_MODE_LOSSLESS);
+  } else if (mode == "lossy") {
+    one.mutable_exit()->set_mode(estuary::v1::EXIT_MODE_LOSSY);
+  } else if (!mode.empty()) {
+    return InvalidField("exit_mode", absl::StrCat("\"", mode, "\" is not \"lossy\" or \"lossless\""));
+  }
   return one;
 }
 

@@ -43,7 +43,7 @@ struct GenerationRequest {
 };
 
 // The fields both endpoints share: n, stream, stream_options, sampling, stop, seed, the river
-// extension (`exit_threshold`; `exit_disable`), the vLLM extras. `max_tokens_default`: 0 = the
+// extension (`exit_threshold`; `exit_disable`; `exit_mode` "lossy" or "lossless"), the vLLM extras. `max_tokens_default`: 0 = the
 // router's default. Fills `request` except `choices`; returns the sampling template of one
 // choice (the seed of choice k is seed + k).
 absl::StatusOr<estuary::v1::GenerateRequest> ParseSampling(const nlohmann::json& body,

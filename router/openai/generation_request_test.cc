@@ -154,6 +154,18 @@ TEST(CompletionRequestTest, NewFieldsNameTheirErrors) {
   EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"echo", true}, {"logprobs", 1}}).first, "echo");
   EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"best_of", 2}}).first, "best_of");
   MustParse({{"prompt", "x"}, {"logit_bias", json::object()}, {"logprobs", nullptr}});
+  EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"exit_mode", "fast"}}).first, "exit_mode");
+  EXPECT_EQ(ErrorOf({{"prompt", "x"}, {"exit_mode", 2}}).first, "exit_mode");
+}
+
+// The exit mode: absent leaves the decode worker's default, otherwise lossy or lossless.
+TEST(CompletionRequestTest, ExitModeIsPassedOn) {
+  EXPECT_EQ(MustParse({{"prompt", "x"}}).choices[0].exit().mode(),
+            estuary::v1::EXIT_MODE_UNSPECIFIED);
+  EXPECT_EQ(MustParse({{"prompt", "x"}, {"exit_mode", "lossless"}}).choices[0].exit().mode(),
+            estuary::v1::EXIT_MODE_LOSSLESS);
+  EXPECT_EQ(MustParse({{"prompt", "x"}, {"exit_mode", "lossy"}}).choices[0].exit().mode(),
+            estuary::v1::EXIT_MODE_LOSSY);
 }
 
 }  // namespace

@@ -45,19 +45,25 @@ std::string FinishReasonName(estuary::v1::FinishReason reason) {
 
 nlohmann::json UsageJson(const ResponseEnvelope& envelope,
                          const std::vector<ChoiceResult>& choices) {
-  int64_t prompt = 0, completion = 0;
+  int64_t prompt = 0, completion = 0, drafts = 0, accepted = 0;
   double layers = 0;
   for (size_t i = 0; i < choices.size(); ++i) {
     const estuary::v1::Usage& u = choices[i].usage;
     if (i % static_cast<size_t>(envelope.n) == 0) prompt += u.prompt_tokens();
     completion += u.completion_tokens();
     layers += u.mean_backbone_layers() * u.completion_tokens();
+    drafts += u.draft_tokens();
+    accepted += u.accepted_tokens();
   }
   nlohmann::json usage = {{"prompt_tokens", prompt},
                           {"completion_tokens", completion},
                           {"total_tokens", prompt + completion}};
   usage["estuary"] = {{"mean_backbone_layers", completion > 0 ? layers / completion : 0.0},
                       {"num_layers", envelope.num_layers}};
+  if (drafts > 0) {  // lossless choices: what the river drafted and the backbone kept
+    usage["estuary"]["draft_tokens"] = drafts;
+    usage["estuary"]["accepted_tokens"] = accepted;
+  }
   return usage;
 }
 

@@ -35,6 +35,17 @@ TEST(ResponseJsonTest, CompletionBodyAndUsage) {
   EXPECT_EQ(body["usage"]["total_tokens"], 11);
   EXPECT_DOUBLE_EQ(body["usage"]["estuary"]["mean_backbone_layers"].get<double>(), 4.0);
   EXPECT_FALSE(body["choices"][0].contains("token_ids"));
+  EXPECT_FALSE(body["usage"]["estuary"].contains("draft_tokens"));  // no lossless choice
+
+  // Lossless choices add up their drafts.
+  std::vector<ChoiceResult> lossless = {Result("a", 5, 4, 12.0), Result("b", 5, 2, 12.0)};
+  lossless[0].usage.set_draft_tokens(5);
+  lossless[0].usage.set_accepted_tokens(4);
+  lossless[1].usage.set_draft_tokens(3);
+  lossless[1].usage.set_accepted_tokens(1);
+  const json counted = FullBody(e, lossless);
+  EXPECT_EQ(counted["usage"]["estuary"]["draft_tokens"], 8);
+  EXPECT_EQ(counted["usage"]["estuary"]["accepted_tokens"], 5);
 }
 
 TEST(ResponseJsonTest, ChatShapes) {

@@ -200,7 +200,9 @@ TEST(OpenAiHttpTest, TenThousandMalformedRequestsGet4xxAndCorrectOnesKeepBeingSe
     const nlohmann::json error = nlohmann::json::parse(r->body, nullptr, false);
     ASSERT_TRUE(error.contains("error")) << r->body;
     ++answered;
-    if (i % 1000 == 0) ASSERT_TRUE(serves()) << "after " << i << " malformed requests";
+    if (i % 1000 == 0) {
+      ASSERT_TRUE(serves()) << "after " << i << " malformed requests";
+    }
   }
   // An oversize body, a bad request line and an unknown path.
   auto big = client.Post("/v1/completions", std::string(5 << 20, 'a'), "application/json");

@@ -7,6 +7,15 @@
 
 namespace estuary::testing {
 
+std::vector<std::string> LoadEvalPrompts(const std::string& model) {
+  std::ifstream in(GoldenModelDir(model) + "/prompts.txt");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  return lines;
+}
+
 std::string GoldenModelDir(const std::string& model) {
   // ESTUARY_MODELS_DIR points elsewhere (another copy of the models, e.g. a GPU bundle's).
   if (const char* dir = std::getenv("ESTUARY_MODELS_DIR"); dir != nullptr && *dir != '\0') {

@@ -31,6 +31,8 @@ std::string GoldenModelDir(const std::string& model);
 std::vector<GoldenCase> LoadGoldenCases(const std::string& model);
 // Every case of every shipped model.
 std::vector<GoldenCase> AllGoldenCases();
+// The non-empty lines of `model`'s prompts.txt (eval prompts); empty when the file is missing.
+std::vector<std::string> LoadEvalPrompts(const std::string& model);
 
 // Short names in test output instead of gtest's byte dump.
 inline void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.model << " case " << c.index; }
