@@ -27,7 +27,7 @@ const Names& WorkerFlags() {
       "tensor_parallel_size", "device", "dtype", "max_model_len", "kv_cache_memory",
       "kv_cache_bytes", "gpu_memory_utilization", "block_size", "max_num_seqs",
       "max_num_batched_tokens", "ucx_tls", "kv_transport", "metrics_port", "shutdown_timeout",
-      "engine_stall_timeout", "max_failed_steps", "bf16_kernel"};
+      "engine_stall_timeout", "max_failed_steps", "bf16_kernel", "max_waiting_requests"};
   return names;
 }
 
@@ -55,7 +55,7 @@ const std::vector<CommandFlags>& Servers() {
        "register with it",
        {"model", "model_id", "served_model_name", "host", "port", "http_port", "api_key",
         "max_model_len", "policy", "local_prefill_max_tokens", "max_queued_requests",
-        "worker_timeout", "discover_workers", "discovery_interval", "ready_file", "metrics_port",
+        "max_concurrent_streams", "worker_timeout", "discover_workers", "discovery_interval", "ready_file", "metrics_port",
         "shutdown_timeout", "http_max_concurrent_requests", "http_max_body_bytes",
         "http_request_timeout", "http_read_timeout", "chat_template"}},
       {"estuary-prefill", "", "the prefill worker: prompts in, KV pages pushed to decode workers",
@@ -101,14 +101,15 @@ constexpr const char* kUpManaged[] = {
 const Names& UpPassThroughFlags() {
   static const Names names = {
       // router
-      "served_model_name", "http_port", "max_queued_requests", "worker_timeout",
+      "served_model_name", "http_port", "max_queued_requests", "max_concurrent_streams",
+      "worker_timeout",
       "http_max_concurrent_requests", "http_max_body_bytes", "http_request_timeout",
       "http_read_timeout", "chat_template",
       // router and workers
       "max_model_len",
       // workers
       "dtype", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "block_size",
-      "engine_stall_timeout", "max_failed_steps", "bf16_kernel",
+      "engine_stall_timeout", "max_failed_steps", "bf16_kernel", "max_waiting_requests",
       // decode workers
       "exit_threshold", "exit_rule", "min_backbone_layers", "max_backbone_layers",
       "river_group_size", "river_refine", "int4_kernel", "lease_ms", "exit_mode", "draft_tokens",

@@ -139,6 +139,8 @@ ABSL_FLAG(int, max_model_len, 0,
           "context length");
 ABSL_FLAG(int, max_queued_requests, 1024,
           "up -> router: requests waiting for their first token at most");
+ABSL_FLAG(int, max_concurrent_streams, 1024,
+          "up -> router: Generate calls at once (queued or streaming); beyond: RESOURCE_EXHAUSTED");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(3),
           "up -> router: a worker silent for this long is dropped");
 ABSL_FLAG(int, http_max_concurrent_requests, 256,
@@ -155,6 +157,9 @@ ABSL_FLAG(std::string, chat_template, "",
 ABSL_FLAG(double, gpu_memory_utilization, 0,
           "up -> workers: CUDA devices only: share of the GPU's memory to use; 0 = off");
 ABSL_FLAG(int, max_num_seqs, 64, "up -> workers: sequences admitted at once");
+ABSL_FLAG(int, max_waiting_requests, 256,
+          "up -> workers: requests waiting beyond --max-num-seqs at most; beyond: "
+          "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, block_size, 16, "up -> workers: token slots per KV page");
 ABSL_FLAG(absl::Duration, engine_stall_timeout, absl::Seconds(60),
           "up -> workers: a step running longer than this makes the worker not ready");

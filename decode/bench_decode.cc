@@ -87,54 +87,74 @@ absl::Status PrefillBatch(const LlamaModel& model, const BenchDecodeOptions& opt
   return ForwardBatch(model, entries, forward, absl::MakeSpan(logits), absl::MakeSpan(outcomes));
 }
 
-// Times options.steps decode steps of `mode` (after one warm-up step) on the prefilled batch.
-absl::StatusOr<BenchDecodeRow> TimeMode(const LlamaModel& model, const River& river,
-                                        const BenchDecodeOptions& options, const Mode& mode,
-                                        int batch, const kernels::cpu::MatMulOptions& matmul,
-                                        BatchState& state) {
+// Times options.steps decode steps of every mode (after one warm-up step each) on the
+// prefilled batch, interleaved: each step runs every mode once, in an order that rotates from
+// step to step, so that a shared machine's drift over the bench slows every mode alike; a
+// mode's step time is the median of its steps. The modes rewrite the same positions.
+absl::StatusOr<std::vector<BenchDecodeRow>> TimeModes(const LlamaModel& model, const River& river,
+                                                      const BenchDecodeOptions& options,
+                                                      absl::Span<const Mode> modes, int batch,
+                                                      const kernels::cpu::MatMulOptions& matmul,
+                                                      BatchState& state) {
   const LlamaConfig& c = model.config();
   const size_t vocab = static_cast<size_t>(c.vocab_size);
-  ForwardOptions forward;
-  forward.matmul = matmul;
-  if (mode.use_river) {
-    forward.river = &river;
-    forward.policy.max_backbone_layers = mode.max_backbone_layers;
-    forward.policy.min_backbone_layers = std::min(1, mode.max_backbone_layers);
+  struct Run {
+    ForwardOptions forward;
+    std::vector<int32_t> next;
+    std::vector<EntryOutcome> outcomes;
+    std::vector<double> step_seconds;
+  };
+  std::vector<Run> runs(modes.size());
+  for (size_t m = 0; m < modes.size(); ++m) {
+    Run& run = runs[m];
+    run.forward.matmul = matmul;
+    if (modes[m].use_river) {
+      run.forward.river = &river;
+      run.forward.policy.max_backbone_layers = modes[m].max_backbone_layers;
+      run.forward.policy.min_backbone_layers = std::min(1, modes[m].max_backbone_layers);
+    }
+    run.next.assign(static_cast<size_t>(batch), 1);
+    run.outcomes.resize(static_cast<size_t>(batch));
   }
-  std::vector<int32_t> next(static_cast<size_t>(batch), 1);
   std::vector<float> logits(static_cast<size_t>(batch) * vocab);
-  std::vector<EntryOutcome> outcomes(static_cast<size_t>(batch));
-  absl::Duration timed;
   for (int step = 0; step <= options.steps; ++step) {  // step 0 warms up
-    std::vector<BatchEntry> entries(static_cast<size_t>(batch));
-    for (int b = 0; b < batch; ++b) {
-      entries[b].tokens = absl::MakeConstSpan(&next[b], 1);
-      entries[b].start_pos = options.prompt_len + step;
-      entries[b].kv = &state.views[b];
-      entries[b].exit_threshold = 2.0f;  // no early exit: only the forced one
+    for (size_t i = 0; i < modes.size(); ++i) {
+      Run& run = runs[(i + static_cast<size_t>(step)) % modes.size()];
+      std::vector<BatchEntry> entries(static_cast<size_t>(batch));
+      for (int b = 0; b < batch; ++b) {
+        entries[b].tokens = absl::MakeConstSpan(&run.next[b], 1);
+        entries[b].start_pos = options.prompt_len + step;
+        entries[b].kv = &state.views[b];
+        entries[b].exit_threshold = 2.0f;  // no early exit: only the forced one
+      }
+      const absl::Time start = absl::Now();
+      ESTUARY_RETURN_IF_ERROR(ForwardBatch(model, entries, run.forward, absl::MakeSpan(logits),
+                                           absl::MakeSpan(run.outcomes)));
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+      for (int b = 0; b < batch; ++b) {
+        run.next[b] = Argmax(absl::MakeConstSpan(logits.data() + b * vocab, vocab));
+      }
+      if (step > 0) run.step_seconds.push_back(seconds);
     }
-    const absl::Time start = absl::Now();
-    ESTUARY_RETURN_IF_ERROR(ForwardBatch(model, entries, forward, absl::MakeSpan(logits),
-                                         absl::MakeSpan(outcomes)));
-    for (int b = 0; b < batch; ++b) {
-      next[b] = Argmax(absl::MakeConstSpan(logits.data() + b * vocab, vocab));
-    }
-    if (step > 0) timed += absl::Now() - start;
   }
-  BenchDecodeRow row;
-  row.mode = mode.name;
-  row.batch = batch;
-  row.backbone_layers = outcomes[0].backbone_layers;
-  const double step_seconds = absl::ToDoubleSeconds(timed) / options.steps;
-  const double mean_positions = options.prompt_len + 1 + options.steps / 2.0;
-  const double weight_bytes =
-      static_cast<double>(DecodeStepWeightBytes(model, &river, row.backbone_layers));
-  const double step_bytes =
-      weight_bytes + batch * mean_positions * static_cast<double>(KvBytesPerPosition(c));
-  row.tokens_per_second = batch / step_seconds;
-  row.bytes_per_token = step_bytes / batch;
-  row.effective_bytes_per_second = weight_bytes / step_seconds;
-  return row;
+  std::vector<BenchDecodeRow> rows;
+  for (size_t m = 0; m < modes.size(); ++m) {
+    BenchDecodeRow row;
+    row.mode = modes[m].name;
+    row.batch = batch;
+    row.backbone_layers = runs[m].outcomes[0].backbone_layers;
+    const double step_seconds = Median(runs[m].step_seconds);
+    const double mean_positions = options.prompt_len + 1 + options.steps / 2.0;
+    const double weight_bytes =
+        static_cast<double>(DecodeStepWeightBytes(model, &river, row.backbone_layers));
+    const double step_bytes =
+        weight_bytes + batch * mean_positions * static_cast<double>(KvBytesPerPosition(c));
+    row.tokens_per_second = batch / step_seconds;
+    row.bytes_per_token = step_bytes / batch;
+    row.effective_bytes_per_second = weight_bytes / step_seconds;
+    rows.push_back(row);
+  }
+  return rows;
 }
 
 // Times options.steps verification passes (after one warm-up pass) on the prefilled batch, as
@@ -405,12 +425,9 @@ absl::StatusOr<BenchDecodeReport> RunBenchDecode(const LlamaModel& model, const 
     const int positions = options.prompt_len + std::max(options.steps, verify_tokens + 1) + 2;
     ESTUARY_ASSIGN_OR_RETURN(BatchState state, MakeBatch(c, batch, positions));
     ESTUARY_RETURN_IF_ERROR(PrefillBatch(model, options, batch, positions, matmul, rng, state));
-    for (const Mode& mode : modes) {
-      ESTUARY_ASSIGN_OR_RETURN(
-          BenchDecodeRow row,
-          TimeMode(model, river, options, mode, batch, matmul, state));
-      report.rows.push_back(std::move(row));
-    }
+    ESTUARY_ASSIGN_OR_RETURN(std::vector<BenchDecodeRow> rows,
+                             TimeModes(model, river, options, modes, batch, matmul, state));
+    report.rows.insert(report.rows.end(), rows.begin(), rows.end());
     if (!options.lossless) continue;
     ESTUARY_ASSIGN_OR_RETURN(BenchDecodeRow verify, TimeVerify(model, options, batch, pool, state));
     report.rows.push_back(std::move(verify));

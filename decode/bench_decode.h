@@ -24,7 +24,9 @@ struct BenchDecodeOptions {
   std::vector<int> batches = {1, 4, 16};
   int exit_after = 4;    // backbone layers before the forced exit of the "river" mode
   int prompt_len = 32;   // tokens prefilled per sequence before timing
-  int steps = 8;         // timed decode steps per (mode, batch), after one warm-up step
+  // Timed decode steps per (mode, batch), after one warm-up step; the modes run interleaved,
+  // one step each in turn, and a mode's figure is its median step.
+  int steps = 8;
   // Threads of the WorkerPool the decode kernels run on (the rank's pool, as in the engine), and
   // the largest thread count of the ceiling measurement. 0: the machine's hardware threads.
   int threads = 0;

@@ -9,6 +9,7 @@
 #include "core/common/metrics.h"
 #include "core/common/status_macros.h"
 #include "kvtransfer/fingerprint.h"
+#include "rpc/overload.h"
 #include "rpc/status_convert.h"
 #include "rpc/worker_request.h"
 #include "worker/engine_metrics.h"
@@ -101,7 +102,9 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(
 
 DecodeService::DecodeService(const DecodeServiceOptions& options,
                              estuary::v1::KvFormatFingerprint fingerprint)
-    : options_(options), fingerprint_(std::move(fingerprint)) {}
+    : options_(options),
+      fingerprint_(std::move(fingerprint)),
+      streams_(absl::Minutes(1), static_cast<size_t>(std::max(1, options.max_requests_in_flight))) {}
 
 DecodeService::~DecodeService() {
   if (receiver_ != nullptr) receiver_->Stop();
@@ -174,12 +177,14 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* context,
   if (control_.draining) return worker::DrainingStatus();
   DecodeRequest decode = FromProto(request->request(), options_.default_lossless);
   const std::string id = decode.request_id;
-  if (absl::Status opened = streams_.Open(id); !opened.ok()) return ToGrpcStatus(opened);
+  if (absl::Status opened = streams_.Open(id); !opened.ok()) {
+    return rpc::ToGrpcStatusWithRetryHint(context, opened);
+  }
   absl::StatusOr<DecodeEngine::Reservation> reservation =
       engine_->Reserve(std::move(decode), lease);
   if (!reservation.ok()) {
     streams_.Close(id);
-    return ToGrpcStatus(reservation.status());
+    return rpc::ToGrpcStatusWithRetryHint(context, reservation.status());
   }
   *response->mutable_transfer() =
       receiver_->Describe(id, reservation->pages, reservation->lease_deadline);
@@ -194,11 +199,13 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* context,
       request->has_local_prefill() ? request->local_prefill().request_id() : request->request_id();
   if (request->has_local_prefill()) {
     if (control_.draining) return worker::DrainingStatus();
-    if (absl::Status opened = streams_.Open(id); !opened.ok()) return ToGrpcStatus(opened);
+    if (absl::Status opened = streams_.Open(id); !opened.ok()) {
+      return rpc::ToGrpcStatusWithRetryHint(context, opened);
+    }
     if (absl::Status submitted = engine_->Submit(FromProto(request->local_prefill(), options_.default_lossless));
         !submitted.ok()) {
       streams_.Close(id);
-      return ToGrpcStatus(submitted);
+      return rpc::ToGrpcStatusWithRetryHint(context, submitted);
     }
     loop_->Notify();
   } else if (!streams_.IsOpen(id)) {

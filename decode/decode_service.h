@@ -42,6 +42,9 @@ struct DecodeServiceOptions {
   absl::Duration debug_step_delay = absl::ZeroDuration();
   // The exit mode of requests that name none (EXIT_MODE_UNSPECIFIED): --exit-mode.
   bool default_lossless = false;
+  // Requests open at once (reserved, waiting, running): beyond, Reserve and a local-prefill
+  // Decode answer RESOURCE_EXHAUSTED with a retry hint (WorkerProcessOptions).
+  int max_requests_in_flight = 64 + 256;
 };
 
 class DecodeService final : public estuary::v1::DecodeWorker::Service {

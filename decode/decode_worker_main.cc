@@ -40,6 +40,7 @@ absl::Status Run() {
   ESTUARY_RETURN_IF_ERROR(cli::ApplyKernelFlags());
   DecodeServiceOptions options;
   options.model_id = process.model_id;
+  options.max_requests_in_flight = process.max_requests_in_flight;
   ESTUARY_ASSIGN_OR_RETURN(options.engine.kv_cache_bytes, worker::KvCacheBytesFromFlags(process));
   options.engine.gpu_memory_utilization = worker::GpuMemoryUtilizationFlag();
   options.engine.block_size = absl::GetFlag(FLAGS_block_size);

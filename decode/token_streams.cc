@@ -6,6 +6,12 @@ namespace estuary {
 
 absl::Status TokenStreams::Open(const std::string& request_id) {
   absl::MutexLock lock(&mu_);
+  if (queues_.size() >= max_open_) DropUnclaimed(absl::Now());
+  if (queues_.size() >= max_open_ && !queues_.contains(request_id)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this worker has ", queues_.size(), " requests in flight (--max-num-seqs + "
+        "--max-waiting-requests); try another worker or again later"));
+  }
   if (!queues_.try_emplace(request_id).second) {
     return absl::InvalidArgumentError(
         absl::StrCat("a token stream for request '", request_id, "' is already open"));

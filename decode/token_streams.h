@@ -9,6 +9,7 @@
 // Thread-safe.
 
 #include <deque>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -22,10 +23,13 @@ namespace estuary {
 
 class TokenStreams {
  public:
-  explicit TokenStreams(absl::Duration unclaimed_ttl = absl::Minutes(1))
-      : unclaimed_ttl_(unclaimed_ttl) {}
+  // At most `max_open` streams are open at once (the worker's bound on requests in flight).
+  explicit TokenStreams(absl::Duration unclaimed_ttl = absl::Minutes(1),
+                        size_t max_open = std::numeric_limits<size_t>::max())
+      : unclaimed_ttl_(unclaimed_ttl), max_open_(max_open) {}
 
-  // INVALID_ARGUMENT when `request_id` is already open.
+  // INVALID_ARGUMENT when `request_id` is already open; RESOURCE_EXHAUSTED when max_open
+  // streams are.
   absl::Status Open(const std::string& request_id);
   // Queues an event of an open request; events of unknown requests are dropped.
   void Push(const TokenEvent& event);
@@ -45,6 +49,7 @@ class TokenStreams {
   void DropUnclaimed(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const absl::Duration unclaimed_ttl_;
+  const size_t max_open_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Stream> queues_ ABSL_GUARDED_BY(mu_);
 };

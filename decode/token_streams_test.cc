@@ -47,5 +47,23 @@ TEST(TokenStreamsTest, UnclaimedFinishedStreamsAreDropped) {
   EXPECT_EQ(streams.open_streams(), 2u);
 }
 
+// At most max_open streams: beyond, RESOURCE_EXHAUSTED until one closes; a finished stream
+// nobody claimed past its time to live makes room too.
+TEST(TokenStreamsTest, AtMostMaxOpenStreams) {
+  TokenStreams streams(absl::Milliseconds(20), /*max_open=*/2);
+  ASSERT_TRUE(streams.Open("a").ok());
+  ASSERT_TRUE(streams.Open("b").ok());
+  const absl::Status full = streams.Open("c");
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("--max-waiting-requests"), absl::string_view::npos);
+  EXPECT_EQ(streams.Open("a").code(), absl::StatusCode::kInvalidArgument);  // still a duplicate
+  streams.Close("a");
+  ASSERT_TRUE(streams.Open("c").ok());
+  streams.Push(Token("b", -1, /*finished=*/true));
+  absl::SleepFor(absl::Milliseconds(40));
+  EXPECT_TRUE(streams.Open("d").ok());  // "b" was dropped, unclaimed
+  EXPECT_FALSE(streams.IsOpen("b"));
+}
+
 }  // namespace
 }  // namespace estuary

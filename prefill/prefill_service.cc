@@ -9,6 +9,7 @@
 #include "core/common/metrics.h"
 #include "core/common/status_macros.h"
 #include "kvtransfer/fingerprint.h"
+#include "rpc/overload.h"
 #include "rpc/status_convert.h"
 #include "rpc/worker_request.h"
 #include "worker/engine_metrics.h"
@@ -149,6 +150,13 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   if (in.exit().threshold() != 0.0f) prefill.exit_threshold = in.exit().threshold();
   {
     absl::MutexLock lock(&mu_);
+    if (pending_.size() >= static_cast<size_t>(options_.max_requests_in_flight)) {
+      const std::string busy = absl::StrCat(
+          "this worker has ", pending_.size(), " prompts in flight (--max-num-seqs + "
+          "--max-waiting-requests); try another worker or again later");
+      (void)pending->pusher->Abort(absl::ResourceExhaustedError(busy));
+      return rpc::Overloaded(context, busy);
+    }
     if (!pending_.try_emplace(prefill.request_id, pending).second) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat("request '", prefill.request_id, "' is already live"));
@@ -161,7 +169,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   if (absl::Status submitted = engine_->Submit(std::move(prefill)); !submitted.ok()) {
     forget();
     (void)pending->pusher->Abort(submitted);
-    return rpc::ToGrpcStatus(submitted);
+    return rpc::ToGrpcStatusWithRetryHint(context, submitted);
   }
   loop_->Notify();
 

@@ -37,6 +37,9 @@ struct PrefillServiceOptions {
   std::string model_id;  // goes into the KV format fingerprint
   // Longest a request may take (queue, prefill and push) when its own deadline is later.
   absl::Duration request_timeout = absl::Minutes(5);
+  // Prefill calls at once (queued and running); beyond, RESOURCE_EXHAUSTED with a retry hint
+  // (WorkerProcessOptions::max_requests_in_flight).
+  int max_requests_in_flight = 64 + 256;
 };
 
 class PrefillService final : public estuary::v1::PrefillWorker::Service {

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "process/file_limit.h"
 #include "process/signals.h"
 
 namespace estuary::process {
@@ -10,6 +11,7 @@ int ProcessMain(int argc, char** argv, const CommandFlags& command,
                 const std::function<absl::Status()>& run,
                 absl::Span<const CommandFlags> siblings) {
   BlockTerminationSignals();
+  RaiseOpenFileLimit();
   ParseCommandFlags(argc, argv, command, siblings);
   const absl::Status status = run();
   if (!status.ok()) {

@@ -11,6 +11,7 @@
 //
 //   estuary-router --model PATH [--host H] [--port P] [--policy least_loaded]
 //                  [--local-prefill-max-tokens N] [--max-queued-requests N]
+//                  [--max-concurrent-streams N]
 //                  [--worker-timeout 3s] [--ready-file F] [--metrics-port P]
 //                  [--discover-workers NAME:PORT,...] [--shutdown-timeout 30s]
 //                  [--http-port P] [--http-max-concurrent-requests N] [--http-max-body-bytes B]
@@ -84,6 +85,9 @@ ABSL_FLAG(int, http_port, -1,
           "OpenAI-compatible HTTP port on --host (/v1/completions, /v1/chat/completions, "
           "/v1/models, /tokenize, /detokenize, /health, /live, /metrics); -1 = off, 0 = any free "
           "port");
+ABSL_FLAG(int, max_concurrent_streams, 1024,
+          "Generate calls at once (queued or streaming; each holds a server thread); beyond: "
+          "RESOURCE_EXHAUSTED with a retry hint, before the request is read");
 ABSL_FLAG(int, http_max_concurrent_requests, 256,
           "HTTP generation requests answered at once; beyond: 429");
 ABSL_FLAG(int64_t, http_max_body_bytes, int64_t{4} << 20, "HTTP request bodies at most; beyond: 413");
@@ -154,6 +158,7 @@ absl::StatusOr<RouterOptions> OptionsFromFlags() {
   ESTUARY_ASSIGN_OR_RETURN(options.policy, ParsePolicy(absl::GetFlag(FLAGS_policy)));
   options.local_prefill_max_tokens = absl::GetFlag(FLAGS_local_prefill_max_tokens);
   options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   options.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   options.ready_file = absl::GetFlag(FLAGS_ready_file);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
@@ -167,6 +172,18 @@ absl::StatusOr<RouterOptions> OptionsFromFlags() {
   return options;
 }
 
+// The client port's limits: the request size, and a thread quota above --max-concurrent-streams
+// (the router's own refusal, naming the flag, comes first; the HTTP door's calls count too).
+rpc::ServerLimits RouterServerLimits(const RouterOptions& options) {
+  rpc::ServerLimits limits;
+  limits.max_message_bytes = options.max_request_bytes;
+  limits.max_threads = options.max_concurrent_streams + rpc::ServerLimits::kControlThreads;
+  // Above the cap too: a connection at HTTP/2's stream limit makes its client queue the next
+  // call instead of sending it, and the caller should be refused, not kept waiting.
+  limits.max_streams_per_connection = limits.max_threads;
+  return limits;
+}
+
 absl::Status Run() {
   ESTUARY_ASSIGN_OR_RETURN(RouterOptions options, OptionsFromFlags());
   ESTUARY_ASSIGN_OR_RETURN(openai::OpenAiServerOptions http_options, HttpOptionsFromFlags(options));
@@ -176,7 +193,8 @@ absl::Status Run() {
   http_options.context_length = router->limits().context_length;
   http_options.num_layers = router->limits().num_layers;
   ESTUARY_ASSIGN_OR_RETURN(rpc::RunningServer running,
-                           rpc::StartGrpcServer(options.host, options.port, router->services()));
+                           rpc::StartGrpcServer(options.host, options.port, router->services(),
+                                                RouterServerLimits(options)));
   // The HTTP door calls the router's own Inference service through an in-process channel.
   std::unique_ptr<openai::OpenAiServer> http;
   if (http_options.port >= 0) {

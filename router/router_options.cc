@@ -23,6 +23,12 @@ absl::Status ValidateRouterOptions(const RouterOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("--max-queued-requests = ",
                                                    options.max_queued_requests, " must be >= 1"));
   }
+  if (options.max_concurrent_streams < 1 ||
+      options.max_concurrent_streams > RouterOptions::kMaxStreamsCap) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-concurrent-streams = ",
+                                                   options.max_concurrent_streams,
+                                                   " outside [1, ", RouterOptions::kMaxStreamsCap, "]"));
+  }
   if (options.heartbeat_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the heartbeat interval must be positive");
   }

@@ -38,6 +38,14 @@ struct RouterOptions {
   // Prompts of at most this many tokens are prefilled on the decode worker itself (conditional
   // disaggregation); 0 = always disaggregate while a compatible prefill worker is registered.
   int local_prefill_max_tokens = 0;
+  // Generate calls at once, in any state (each holds a server thread: the thread quota is this
+  // plus rpc::ServerLimits::kControlThreads); beyond, Generate answers RESOURCE_EXHAUSTED
+  // before reading the request.
+  int max_concurrent_streams = 1024;
+  static constexpr int kMaxStreamsCap = 1 << 16;
+  // The largest request message the client port reads (bigger: RESOURCE_EXHAUSTED from gRPC,
+  // before anything is parsed).
+  int max_request_bytes = 4 << 20;
   // Requests admitted but not yet streaming (placement, reservation, prefill) at most; beyond,
   // Generate answers RESOURCE_EXHAUSTED.
   int max_queued_requests = 1024;

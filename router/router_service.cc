@@ -17,6 +17,7 @@
 #include "router/stop_matcher.h"
 #include "rpc/api_key.h"
 #include "rpc/channels.h"
+#include "rpc/overload.h"
 #include "rpc/status_convert.h"
 #include "rpc/worker_request.h"
 
@@ -317,32 +318,25 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
                         "this router is shutting down (draining): send the request to another "
                         "replica");
   }
+  // Admission before any work on the request (admission.h).
+  absl::StatusOr<Admission::Ticket> ticket = admission_.Admit();
+  if (!ticket.ok()) return rpc::Overloaded(context, std::string(ticket.status().message()));
+  metrics.waiting.Add(1);
+  auto leave_queue = [&] {
+    if (ticket->LeaveQueue()) metrics.waiting.Add(-1);
+  };
   if (!request.model().empty() && request.model() != served_name_) {
+    leave_queue();
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("model '", request.model(), "' is not served here; this "
                                      "router serves '", served_name_, "'"));
   }
   absl::StatusOr<PreparedRequest> prepared = PrepareRequest(request, *tokenizer_, limits_);
-  if (!prepared.ok()) return ToGrpcStatus(prepared.status());
-  const std::string id = request.request_id().empty() ? NewRequestId() : request.request_id();
-
-  // Admission: requests not yet streaming are bounded.
-  if (queued_.fetch_add(1) >= options_.max_queued_requests) {
-    queued_.fetch_sub(1);
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat("the router has ", options_.max_queued_requests,
-                                     " requests waiting for their first token "
-                                     "(--max-queued-requests); try again later"));
+  if (!prepared.ok()) {
+    leave_queue();
+    return ToGrpcStatus(prepared.status());
   }
-  bool counted_queued = true;
-  metrics.waiting.Add(1);
-  auto leave_queue = [&] {
-    if (counted_queued) {
-      queued_.fetch_sub(1);
-      metrics.waiting.Add(-1);
-    }
-    counted_queued = false;
-  };
+  const std::string id = request.request_id().empty() ? NewRequestId() : request.request_id();
 
   auto active = std::make_shared<Active>(id);
   attempt.same_prompt_as = request.same_prompt_as();
@@ -434,8 +428,8 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   if (cancelled && !attempt.finish.has_value()) attempt.finish = estuary::v1::FINISH_REASON_CANCELLED;
   if (!attempt.finish.has_value()) {
     ESTUARY_LOG(WARNING) << "request " << id << " failed: " << status;
-    return ToGrpcStatus(status.ok() ? absl::InternalError("the request ended without a finish")
-                                    : status);
+    return rpc::ToGrpcStatusWithRetryHint(
+        context, status.ok() ? absl::InternalError("the request ended without a finish") : status);
   }
   estuary::v1::GenerateResponse last;
   estuary::v1::Complete* complete = last.mutable_complete();
@@ -508,6 +502,8 @@ absl::Status RouterService::RunAttempt(Active& active, Attempt& attempt, Relay& 
     if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
       registry_.MarkDead(worker_id);
       *retry = !attempt.first_token_seen;
+    } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      *retry = !attempt.first_token_seen;  // that worker is full (rpc/overload.h): try another
     }
     absl::Status s = FromGrpcStatus(status);
     return absl::Status(s.code(), absl::StrCat(what, " on worker ", worker_id, ": ", s.message()));

@@ -2,7 +2,8 @@
 // RouterService: the router's two gRPC services (design §1).
 //
 //   - estuary.v1.Inference (inference_service()): Generate validates the request
-//     (request_validation.h), admits it (--max-queued-requests), picks a (prefill, decode) pair
+//     (request_validation.h), admits it first (admission.h: --max-concurrent-streams,
+//     --max-queued-requests), picks a (prefill, decode) pair
 //     from the registry by the placement policy and runs it disaggregated (decode Reserve ->
 //     prefill Prefill with the transfer descriptor -> decode Decode stream) or locally (decode
 //     Decode with `local_prefill`: prompts of at most --local-prefill-max-tokens tokens, or any
@@ -11,7 +12,8 @@
 //     ends with one Complete (finish reason, usage, timings). The client's deadline goes to the
 //     workers; a client that goes away, or an Abort by request id, aborts the request on both
 //     workers. A worker that answers UNAVAILABLE is dropped from the registry, and the request
-//     is tried again on another pair while nothing has been streamed yet.
+//     is tried again on another pair while nothing has been streamed yet; so is one refused
+//     by a full worker (RESOURCE_EXHAUSTED), which stays registered.
 //     Abort, ListModels, GetModelInfo as in inference.proto.
 //   - estuary.v1.WorkerRegistry (registry_service()): Register / Heartbeat / Unregister into a
 //     WorkerRegistry (worker_registry.h). Workers found by name (--discover-workers) are probed
@@ -34,6 +36,7 @@
 #include "estuary/v1/inference.grpc.pb.h"
 #include "estuary/v1/worker.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "router/admission.h"
 #include "router/prompt_homes.h"
 #include "router/request_validation.h"
 #include "router/router_metrics.h"
@@ -65,7 +68,7 @@ class RouterService {
   const ModelLimits& limits() const { return limits_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   // Requests admitted and not yet streaming (the figure --max-queued-requests bounds).
-  int queued() const { return queued_.load(); }
+  int queued() const { return admission_.queued(); }
 
   // The drain (router_main on SIGTERM). From StartDrain on, Generate answers UNAVAILABLE (a
   // client or a load balancer retries on another replica) while the requests in flight go on;
@@ -151,7 +154,7 @@ class RouterService {
   Inference inference_{*this};
   Registry registry_service_{*this};
 
-  std::atomic<int> queued_{0};
+  Admission admission_{options_.max_concurrent_streams, options_.max_queued_requests};
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{0};
   uint64_t id_prefix_ = 0;

@@ -15,6 +15,8 @@ std::shared_ptr<grpc::Channel> CreateClusterChannel(const std::string& address) 
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // Reconnect promptly once a dropped peer comes back (default back-off grows to 120 s).
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetMaxReceiveMessageSize(kMaxClusterMessageBytes);
+  args.SetMaxSendMessageSize(kMaxClusterMessageBytes);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 

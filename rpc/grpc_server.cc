@@ -22,7 +22,15 @@ void ServingHealth::SetReady(bool ready) {
 }
 
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& host, int port,
-                                              const std::vector<grpc::Service*>& services) {
+                                              const std::vector<grpc::Service*>& services,
+                                              const ServerLimits& limits) {
+  if (limits.max_message_bytes < 1 || limits.max_threads < 1 ||
+      limits.max_streams_per_connection < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "server limits must be >= 1: max_message_bytes ", limits.max_message_bytes,
+        ", max_threads ", limits.max_threads, ", max_streams_per_connection ",
+        limits.max_streams_per_connection));
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -30,6 +38,12 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& host, int port,
   builder.AddListeningPort(absl::StrCat(host, ":", port), grpc::InsecureServerCredentials(),
                            &running.port);
   ApplyServerKeepalive(builder);
+  builder.SetMaxReceiveMessageSize(limits.max_message_bytes);
+  builder.SetMaxSendMessageSize(limits.max_message_bytes);
+  grpc::ResourceQuota quota("estuary-server");
+  quota.SetMaxThreads(limits.max_threads);
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits.max_streams_per_connection);
   for (grpc::Service* service : services) builder.RegisterService(service);
   running.server = builder.BuildAndStart();
   if (running.server == nullptr || running.port == 0) {

@@ -16,8 +16,27 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "rpc/channels.h"
 
 namespace estuary::rpc {
+
+// Limits a server sets explicitly instead of gRPC's defaults (4 MiB received, unbounded sent,
+// threads and streams unbounded). The servers are synchronous: a call in flight holds one of
+// the server's threads until it ends (a token stream, for as long as it streams), so the
+// thread quota bounds the calls at once; beyond it gRPC refuses a new call at once with
+// RESOURCE_EXHAUSTED instead of queueing it. Owners set max_threads above their own caps
+// (e.g. the router's --max-concurrent-streams) so that those refuse first, with a message that
+// names the flag; the quota is the backstop.
+struct ServerLimits {
+  int max_message_bytes = kMaxClusterMessageBytes;  // received and sent, per message
+  int max_threads = 1024;            // the server's gRPC ResourceQuota
+  // HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS. Keep it above the owner's cap: a client at this
+  // limit queues its next call on its side rather than being refused.
+  int max_streams_per_connection = 1024;
+  // Calls beyond a process's own caps (health checks, heartbeats, registration, aborts) that
+  // owners add to their cap when they size max_threads.
+  static constexpr int kControlThreads = 64;
+};
 
 // The health service name of liveness (Kubernetes: grpc probe with service: "liveness").
 inline constexpr char kLivenessService[] = "liveness";
@@ -44,8 +63,9 @@ struct RunningServer {
   ServingHealth health;  // starts not ready
 };
 
-// UNAVAILABLE when the port cannot be bound.
+// UNAVAILABLE when the port cannot be bound; INVALID_ARGUMENT for a limit below 1.
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& host, int port,
-                                              const std::vector<grpc::Service*>& services);
+                                              const std::vector<grpc::Service*>& services,
+                                              const ServerLimits& limits = {});
 
 }  // namespace estuary::rpc

@@ -1,5 +1,6 @@
 #include "worker/worker_flags.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -44,6 +45,9 @@ ABSL_FLAG(std::string, dtype, "",
 ABSL_FLAG(int, block_size, 16, "token slots per KV page (prefill and decode must agree)");
 ABSL_FLAG(int, max_num_seqs, 64, "sequences admitted at once");
 ABSL_FLAG(int, max_num_batched_tokens, 512, "prompt tokens per forward step");
+ABSL_FLAG(int, max_waiting_requests, 256,
+          "requests waiting beyond --max-num-seqs at most (queued, reserved); beyond: "
+          "RESOURCE_EXHAUSTED with a retry hint, and the router places the request elsewhere");
 ABSL_FLAG(std::string, device, "cpu",
           "where the engine runs: cpu, or cuda / cuda:N (estuary-decode in a CUDA build)");
 ABSL_FLAG(std::string, kv_transport, "ucx",
@@ -74,6 +78,9 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags() {
   options.kv_transport = absl::GetFlag(FLAGS_kv_transport);
   options.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   options.dtype = absl::GetFlag(FLAGS_dtype);
+  options.max_requests_in_flight =
+      absl::GetFlag(FLAGS_max_num_seqs) + std::max(0, absl::GetFlag(FLAGS_max_waiting_requests));
+  if (absl::GetFlag(FLAGS_max_waiting_requests) < 0) options.max_requests_in_flight = 0;
   return options;
 }
 

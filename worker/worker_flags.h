@@ -26,6 +26,7 @@ ABSL_DECLARE_FLAG(std::string, dtype);
 ABSL_DECLARE_FLAG(int, block_size);
 ABSL_DECLARE_FLAG(int, max_num_seqs);
 ABSL_DECLARE_FLAG(int, max_num_batched_tokens);
+ABSL_DECLARE_FLAG(int, max_waiting_requests);
 ABSL_DECLARE_FLAG(int, metrics_port);
 ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(std::string, kv_transport);

@@ -25,6 +25,19 @@
 #include "worker/registration_client.h"
 
 namespace estuary::worker {
+namespace {
+
+constexpr int kMaxRequestsInFlight = 1 << 16;
+
+// The worker port's limits: a thread per request in flight plus the control calls (Abort,
+// GetLoad, health), so the services' own cap (max_requests_in_flight) refuses first.
+rpc::ServerLimits WorkerServerLimits(const WorkerProcessOptions& options) {
+  rpc::ServerLimits limits;
+  limits.max_threads = options.max_requests_in_flight + rpc::ServerLimits::kControlThreads;
+  return limits;
+}
+
+}  // namespace
 
 absl::Status ValidateWorkerProcessOptions(const WorkerProcessOptions& options) {
   if (options.model.empty()) return absl::InvalidArgumentError("--model is required");
@@ -52,6 +65,12 @@ absl::Status ValidateWorkerProcessOptions(const WorkerProcessOptions& options) {
   if (options.max_model_len < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max-model-len = ", options.max_model_len, " must be >= 0 (0 = the model's)"));
+  }
+  if (options.max_requests_in_flight < 1 ||
+      options.max_requests_in_flight > kMaxRequestsInFlight) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-num-seqs + --max-waiting-requests = ", options.max_requests_in_flight,
+        " outside [1, ", kMaxRequestsInFlight, "] (--max-waiting-requests must be >= 0)"));
   }
   if (!options.dtype.empty()) {
     const std::optional<DType> dtype = ParseDType(options.dtype);
@@ -189,7 +208,8 @@ absl::Status ServeWorker(const WorkerProcessOptions& options, estuary::v1::Worke
   const std::string role = info.role() == estuary::v1::WORKER_ROLE_PREFILL ? "prefill" : "decode";
   ESTUARY_ASSIGN_OR_RETURN(const std::string advertised, AdvertisedHost(options));
   ESTUARY_ASSIGN_OR_RETURN(rpc::RunningServer running,
-                           rpc::StartGrpcServer(options.host, options.port, services));
+                           rpc::StartGrpcServer(options.host, options.port, services,
+                                                WorkerServerLimits(options)));
   const std::string address = process::JoinHostPort(advertised, running.port);
   info.set_address(address);
   info.set_worker_id(DefaultWorkerId(info.role(), address));

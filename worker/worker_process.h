@@ -53,6 +53,11 @@ struct WorkerProcessOptions {
   int max_model_len = 0;
   // --dtype: "f32" or "bf16" to convert the weights at load; empty: the checkpoint's.
   std::string dtype;
+  // Requests on this worker at once (running, waiting, reserved): --max-num-seqs +
+  // --max-waiting-requests. The services refuse beyond it with RESOURCE_EXHAUSTED and a retry
+  // hint (rpc/overload.h); the server's thread quota is this plus rpc::ServerLimits's control
+  // threads, so a stream never waits for a thread.
+  int max_requests_in_flight = 64 + 256;
 };
 
 // INVALID_ARGUMENT naming the flag.

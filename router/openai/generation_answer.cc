@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "httplib.h"
 #include "router/openai/api_error.h"
+#include "router/openai/error_response.h"
 #include "router/openai/choice_runner.h"
 
 namespace estuary::openai {
@@ -14,11 +15,6 @@ namespace {
 
 constexpr absl::Duration kPollInterval = absl::Milliseconds(200);
 constexpr absl::Duration kKeepAliveInterval = absl::Seconds(1);
-
-void SetError(httplib::Response& response, const absl::Status& status) {
-  response.status = HttpStatusOf(status);
-  response.set_content(Dump(ErrorJson(status)), "application/json");
-}
 
 // Runs once on destruction: the request's slot is released however the answer ends.
 struct DoneGuard {
@@ -177,7 +173,7 @@ void AnswerGeneration(estuary::v1::Inference::StubInterface& stub, GenerationReq
     while (!state->runner->finished() && !generating) {
       if (!state->runner->Next(event, kPollInterval)) continue;
       if (event.kind == ChoiceEvent::Kind::kError) {
-        SetError(response, event.error);
+        SetErrorResponse(response, event.error);
         return;  // ~StreamState cancels the other choices
       }
       Apply(event, state->choices[event.index]);
@@ -202,7 +198,7 @@ void AnswerGeneration(estuary::v1::Inference::StubInterface& stub, GenerationReq
     if (state->runner->finished()) break;
   }
   if (first.kind == ChoiceEvent::Kind::kError) {
-    SetError(response, first.error);
+    SetErrorResponse(response, first.error);
     return;
   }
   state->pending.push_back(std::move(first));

@@ -11,6 +11,7 @@
 #include "core/common/status_macros.h"
 #include "httplib.h"
 #include "router/openai/api_error.h"
+#include "router/openai/error_response.h"
 #include "router/openai/generation_answer.h"
 #include "router/openai/generation_request.h"
 #include "router/openai/request_fields.h"
@@ -27,10 +28,6 @@ constexpr size_t kMaxDetokenizeIds = 1 << 20;
 void SetJson(httplib::Response& response, int status, const nlohmann::json& body) {
   response.status = status;
   response.set_content(Dump(body), kJson);
-}
-
-void SetError(httplib::Response& response, const absl::Status& status) {
-  SetJson(response, HttpStatusOf(status), ErrorJson(status));
 }
 
 absl::StatusOr<nlohmann::json> ParseBody(const httplib::Request& request) {
@@ -130,23 +127,23 @@ class OpenAiServer::Handlers {
   // {"prompt": "text", "add_special_tokens": true} or {"messages": [...]} (the chat template).
   void Tokenize(const httplib::Request& q, httplib::Response& r) {
     absl::StatusOr<nlohmann::json> body = ParseBody(q);
-    if (!body.ok()) return SetError(r, body.status());
+    if (!body.ok()) return SetErrorResponse(r, body.status());
     std::vector<int32_t> ids;
     if (Field(*body, "messages") != nullptr) {
-      if (!chat_prompt_) return SetError(r, NoChatTemplate());
+      if (!chat_prompt_) return SetErrorResponse(r, NoChatTemplate());
       absl::StatusOr<std::vector<int32_t>> rendered = chat_prompt_(*body);
-      if (!rendered.ok()) return SetError(r, rendered.status());
+      if (!rendered.ok()) return SetErrorResponse(r, rendered.status());
       ids = std::move(*rendered);
     } else {
       absl::StatusOr<std::string> prompt = StringField(*body, "prompt", "");
-      if (!prompt.ok()) return SetError(r, prompt.status());
+      if (!prompt.ok()) return SetErrorResponse(r, prompt.status());
       if (Field(*body, "prompt") == nullptr) {
-        return SetError(r, InvalidField("prompt", "is required (or messages)"));
+        return SetErrorResponse(r, InvalidField("prompt", "is required (or messages)"));
       }
       absl::StatusOr<bool> special = BoolField(*body, "add_special_tokens", true);
-      if (!special.ok()) return SetError(r, special.status());
+      if (!special.ok()) return SetErrorResponse(r, special.status());
       absl::StatusOr<std::vector<int32_t>> encoded = tokenizer_.Encode(*prompt, *special);
-      if (!encoded.ok()) return SetError(r, InvalidField("prompt", encoded.status().message()));
+      if (!encoded.ok()) return SetErrorResponse(r, InvalidField("prompt", encoded.status().message()));
       ids = std::move(*encoded);
     }
     SetJson(r, 200, {{"tokens", ids},
@@ -156,11 +153,11 @@ class OpenAiServer::Handlers {
 
   void Detokenize(const httplib::Request& q, httplib::Response& r) {
     absl::StatusOr<nlohmann::json> body = ParseBody(q);
-    if (!body.ok()) return SetError(r, body.status());
-    if (Field(*body, "tokens") == nullptr) return SetError(r, InvalidField("tokens", "is required"));
+    if (!body.ok()) return SetErrorResponse(r, body.status());
+    if (Field(*body, "tokens") == nullptr) return SetErrorResponse(r, InvalidField("tokens", "is required"));
     absl::StatusOr<std::vector<int64_t>> ids =
         IntsField(*body, "tokens", kMaxDetokenizeIds, 0, tokenizer_.vocab_size() - 1);
-    if (!ids.ok()) return SetError(r, ids.status());
+    if (!ids.ok()) return SetErrorResponse(r, ids.status());
     const std::vector<int32_t> narrow(ids->begin(), ids->end());
     SetJson(r, 200, {{"prompt", tokenizer_.Decode(narrow)}});
   }
@@ -191,25 +188,34 @@ class OpenAiServer::Handlers {
   }
 
   void Generate(const httplib::Request& q, httplib::Response& r, Endpoint endpoint) {
-    absl::StatusOr<nlohmann::json> body = ParseBody(q);
-    if (!body.ok()) return SetError(r, body.status());
-    absl::StatusOr<GenerationRequest> request = Parse(*body, endpoint);
-    if (!request.ok()) return SetError(r, request.status());
-    if (!request->model.empty() && request->model != options_.served_model) {
-      return SetError(r, absl::NotFoundError(absl::StrCat("model ", request->model,
-                                                          " is not served here; this server "
-                                                          "serves ",
-                                                          options_.served_model)));
-    }
-    // A slot per request, released when its answer is written or abandoned.
+    // A slot per request, taken before the body is parsed or tokenized (admission first: a
+    // burst beyond the cap costs no tokenizer work) and released when its answer is written or
+    // abandoned.
     if (running_.fetch_add(1) >= options_.max_concurrent_requests) {
       running_.fetch_sub(1);
       refused_busy_.Increment();
-      return SetError(r, absl::ResourceExhaustedError(absl::StrCat(
+      return SetErrorResponse(r, absl::ResourceExhaustedError(absl::StrCat(
                              "more than ", options_.max_concurrent_requests,
                              " requests at once (--http-max-concurrent-requests); retry later")));
     }
     in_flight_.Add(1);
+    auto release = [this] {
+      running_.fetch_sub(1);
+      in_flight_.Add(-1);
+    };
+    auto refuse = [&](const absl::Status& status) {
+      release();
+      SetErrorResponse(r, status);
+    };
+    absl::StatusOr<nlohmann::json> body = ParseBody(q);
+    if (!body.ok()) return refuse(body.status());
+    absl::StatusOr<GenerationRequest> request = Parse(*body, endpoint);
+    if (!request.ok()) return refuse(request.status());
+    if (!request->model.empty() && request->model != options_.served_model) {
+      return refuse(absl::NotFoundError(absl::StrCat("model ", request->model,
+                                                     " is not served here; this server serves ",
+                                                     options_.served_model)));
+    }
     ResponseEnvelope envelope;
     envelope.endpoint = endpoint;
     envelope.id = absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", RandomHex());
@@ -233,10 +239,7 @@ class OpenAiServer::Handlers {
       }
     }
     AnswerGeneration(*stub_, std::move(*request), std::move(envelope), options_.request_timeout, r,
-                     [this] {
-                       running_.fetch_sub(1);
-                       in_flight_.Add(-1);
-                     });
+                     release);
   }
 
   const OpenAiServerOptions& options_;

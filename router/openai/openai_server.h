@@ -15,7 +15,9 @@
 //
 // Threads: cpp-httplib serves each connection on a thread of a pool of
 // max_concurrent_requests + kSpareThreads, so health checks and errors get a thread while
-// every generation slot is taken.
+// every generation slot is taken. A connection holds its thread while it is open (an idle one
+// for up to the 5 s keep-alive timeout), so idle connections beyond the pool delay new
+// requests (README: reliability C14).
 
 #include <atomic>
 #include <functional>

@@ -10,6 +10,7 @@
 
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -177,6 +178,42 @@ TEST(OpenAiHttpTest, ANonStreamedRequestWhoseClientLeavesEndsOnTheWorkers) {
   }
   EXPECT_EQ(FreePages(decode, true), baseline) << "the abandoned request's pages";
   EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "400 tokens at 50 ms would take 20 s";
+}
+
+// Beyond --http-max-concurrent-requests the door answers 429 at once, with OpenAI's error body
+// and a Retry-After header (the openai client's back-off reads it); the slot frees when the
+// running answer ends.
+TEST(OpenAiHttpTest, BeyondItsConcurrencyTheDoorAnswers429WithRetryAfter) {
+  testing::ClusterSpec spec =
+      Spec("stories260K", 0, 1, 1, 1, {"--http-port", "0", "--http-max-concurrent-requests", "1"});
+  spec.decode_flags = {"--debug-step-delay", "50ms"};
+  Cluster cluster(spec);
+  const std::string address = RouterHttpAddress(cluster);
+  ASSERT_FALSE(address.empty());
+  constexpr char kBody[] = R"({"prompt":[1,403,407],"max_tokens":30,"temperature":0,)"
+                           R"("ignore_eos":true})";
+  int long_status = 0;
+  std::thread running([&] {
+    httplib::Client client(absl::StrCat("http://", address));
+    client.set_read_timeout(30);
+    auto answer = client.Post("/v1/completions", kBody, "application/json");
+    long_status = answer ? answer->status : -1;
+  });
+  absl::SleepFor(absl::Milliseconds(500));  // 30 tokens at 50 ms: it runs for 1.5 s
+  httplib::Client client(absl::StrCat("http://", address));
+  auto refused = client.Post("/v1/completions", kBody, "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 429) << refused->body;
+  EXPECT_EQ(refused->get_header_value("Retry-After"), "1");
+  const nlohmann::json error = nlohmann::json::parse(refused->body, nullptr, false);
+  ASSERT_FALSE(error.is_discarded()) << refused->body;
+  EXPECT_NE(error["error"]["message"].get<std::string>().find("--http-max-concurrent-requests"),
+            std::string::npos);
+  running.join();
+  EXPECT_EQ(long_status, 200);
+  auto after = client.Post("/v1/completions", kBody, "application/json");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 200) << after->body;
 }
 
 TEST(OpenAiHttpTest, TenThousandMalformedRequestsGet4xxAndCorrectOnesKeepBeingServed) {
