@@ -320,7 +320,7 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   }
   // Admission before any work on the request (admission.h).
   absl::StatusOr<Admission::Ticket> ticket = admission_.Admit();
-  if (!ticket.ok()) return rpc::Overloaded(context, std::string(ticket.status().message()));
+  if (!ticket.ok()) return rpc::ToGrpcStatusWithRetryHint(context, ticket.status());
   metrics.waiting.Add(1);
   auto leave_queue = [&] {
     if (ticket->LeaveQueue()) metrics.waiting.Add(-1);

@@ -15,10 +15,10 @@
 namespace estuary::rpc {
 
 inline constexpr absl::Duration kKeepaliveTime = absl::Seconds(1);
+inline constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(2);
 // The largest message a cluster channel sends or receives (between Estuary processes: a worker
 // request of a whole context's prompt ids is well under 1 MiB). Servers: rpc/grpc_server.h.
 inline constexpr int kMaxClusterMessageBytes = 16 << 20;
-inline constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(2);
 
 // An insecure channel to `address` with the keepalive policy and message limit above.
 std::shared_ptr<grpc::Channel> CreateClusterChannel(const std::string& address);

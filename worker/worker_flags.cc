@@ -1,6 +1,5 @@
 #include "worker/worker_flags.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -78,9 +77,9 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags() {
   options.kv_transport = absl::GetFlag(FLAGS_kv_transport);
   options.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   options.dtype = absl::GetFlag(FLAGS_dtype);
-  options.max_requests_in_flight =
-      absl::GetFlag(FLAGS_max_num_seqs) + std::max(0, absl::GetFlag(FLAGS_max_waiting_requests));
-  if (absl::GetFlag(FLAGS_max_waiting_requests) < 0) options.max_requests_in_flight = 0;
+  // A negative --max-waiting-requests becomes 0 in flight, which the validation refuses.
+  const int waiting = absl::GetFlag(FLAGS_max_waiting_requests);
+  options.max_requests_in_flight = waiting < 0 ? 0 : absl::GetFlag(FLAGS_max_num_seqs) + waiting;
   return options;
 }
 
