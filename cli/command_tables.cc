@@ -137,6 +137,10 @@ const std::vector<CommandFlags>& Subcommands() {
        {"from", "to", "dtype"}},
       {"estuary synth", "synth", "write a random-weight model with real shapes",
        {"preset", "out", "seed"}},
+      {"estuary widen", "widen",
+       "write a trained llama2.c model into a preset's widths as the same function "
+       "(real outputs at a realistic model's cost, for benchmarks)",
+       {"from", "to", "preset", "dtype"}},
       {"estuary eval-exit", "eval-exit",
        "fidelity and cost of the exit river at several thresholds",
        Join({{"model", "taus", "prompts", "max_tokens", "json", "threads", "bf16_kernel"},

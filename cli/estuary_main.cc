@@ -12,6 +12,7 @@
 //                       --output-len O [--json]
 //   estuary convert  --from PATH --to DIR [--dtype f32|bf16]
 //   estuary synth    --preset tiny|llama-3.2-1b|llama-3.1-8b --out DIR [--seed S]
+//   estuary widen    --from PATH --preset llama-1b-v512 --to DIR [--dtype bf16]
 //   estuary eval-exit --model PATH --taus LIST --prompts FILE --max-tokens N [--json]
 //   estuary bench-decode --model PATH --batch LIST [--exit-after K] [--json]
 //   estuary bench-prefill --model PATH [--tp-sizes 1,2] [--prompt-tokens N]
@@ -61,6 +62,7 @@
 #include "core/backend/backend.h"
 #include "core/common/status_macros.h"
 #include "core/loader/hf_writer.h"
+#include "core/loader/widen_model.h"
 
 ABSL_FLAG(std::string, model, "", "model folder (llama2.c or Hugging Face); default: "
                                   "$ESTUARY_MODEL, the repository's models/stories260K, or a tiny "
@@ -81,12 +83,12 @@ ABSL_FLAG(int, min_tokens, 0, "end-of-sequence and stop ids cannot end the outpu
                               "many new tokens");
 ABSL_FLAG(std::vector<std::string>, stop_token_ids, {}, "comma-separated token ids that end "
                                                         "generation");
-ABSL_FLAG(std::string, dtype, "", "weight dtype at load: f32 or bf16 (default: the file's)");
+ABSL_FLAG(std::string, dtype, "", "weight dtype at load: f32 or bf16 (default: the file's); convert, widen: the dtype written (default f32, widen bf16)");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of text");
 ABSL_FLAG(int, threads, 0, "CPU threads for the GEMM library; 0 = its default");
-ABSL_FLAG(std::string, from, "", "convert: llama2.c folder or model.bin");
-ABSL_FLAG(std::string, to, "", "convert: output Hugging Face folder");
-ABSL_FLAG(std::string, preset, "tiny", "synth: tiny, llama-3.2-1b, llama-1b-v512 (the 1B decoder, vocabulary 512) or llama-3.1-8b");
+ABSL_FLAG(std::string, from, "", "convert, widen: llama2.c folder or model.bin");
+ABSL_FLAG(std::string, to, "", "convert, widen: output Hugging Face folder");
+ABSL_FLAG(std::string, preset, "tiny", "synth: tiny, small, llama-3.2-1b, llama-1b-v512 (the 1B decoder, vocabulary 512) or llama-3.1-8b; widen: the preset whose widths the model is written into");
 ABSL_FLAG(std::string, out, "", "synth: output folder");
 ABSL_FLAG(std::vector<std::string>, taus, {}, "eval-exit: comma-separated exit thresholds");
 ABSL_FLAG(std::string, prompts, "", "eval-exit: file with one prompt per line");
@@ -475,6 +477,18 @@ absl::Status Convert() {
   return absl::OkStatus();
 }
 
+absl::Status Widen(const std::set<std::string>& given) {
+  const std::string from = absl::GetFlag(FLAGS_from), to = absl::GetFlag(FLAGS_to);
+  if (from.empty() || to.empty() || given.count("preset") == 0) {
+    return absl::InvalidArgumentError("widen needs --from PATH, --preset NAME and --to DIR");
+  }
+  ESTUARY_ASSIGN_OR_RETURN(LlamaConfig widths, SynthPresetConfig(absl::GetFlag(FLAGS_preset)));
+  ESTUARY_ASSIGN_OR_RETURN(std::optional<DType> dtype, DTypeFlag());
+  ESTUARY_RETURN_IF_ERROR(WidenLlama2cToHf(from, widths, to, dtype.value_or(DType::kBF16)));
+  std::printf("wrote %s\n", to.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status Synth() {
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return absl::InvalidArgumentError("synth needs --out DIR");
@@ -514,6 +528,8 @@ int Main(int argc, char** argv) {
       status = Convert();
     } else if (command == "synth") {
       status = Synth();
+    } else if (command == "widen") {
+      status = Widen(given);
     } else if (command == "up") {
       status = Up(given);
     } else if (command == "client") {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/model/llama_config.h"
 #include "core/tensor/dtype.h"
@@ -29,7 +30,11 @@ absl::Status ConvertLlama2cToHf(const std::string& from_dir_or_model_bin, const 
 // or shards of at most 5 GB plus model.safetensors.index.json. The same seed gives the same
 // bytes. Weights are N(0, 1/fan_in)-like, norms are 1, so activations stay finite. Tensors are
 // generated and written one at a time: memory stays small even for 8B.
-// Presets: "tiny" (tests), "llama-3.2-1b", "llama-3.1-8b". INVALID_ARGUMENT for others.
+// Presets: SynthPresetConfig's.
 absl::Status SynthesizeModel(absl::string_view preset, const std::string& out_dir, uint64_t seed);
+
+// The shapes of the presets: "tiny" and "small" (tests), "llama-3.2-1b", "llama-1b-v512" (the
+// 1B decoder with a 512-token vocabulary), "llama-3.1-8b". INVALID_ARGUMENT for others.
+absl::StatusOr<LlamaConfig> SynthPresetConfig(absl::string_view preset);
 
 }  // namespace estuary

@@ -25,7 +25,9 @@ namespace fs = std::filesystem;
 constexpr uint64_t kMaxShardBytes = 5'000'000'000;
 constexpr size_t kChunkElements = size_t{1} << 20;
 
-absl::StatusOr<LlamaConfig> PresetConfig(absl::string_view preset) {
+}  // namespace
+
+absl::StatusOr<LlamaConfig> SynthPresetConfig(absl::string_view preset) {
   LlamaConfig c;
   c.rope_style = RopeStyle::kHalves;
   c.rms_eps = 1e-5f;
@@ -40,6 +42,21 @@ absl::StatusOr<LlamaConfig> PresetConfig(absl::string_view preset) {
     c.max_seq_len = 512;
     c.rope_theta = 10000.0f;
     c.tied_embeddings = false;  // exercises lm_head; the llama2.c models cover the tied case
+    c.bos_id = 510;
+    c.eos_ids = {511};
+  } else if (preset == "small") {
+    // Widths four times stories12L's (dim, head_dim): `estuary widen`'s test target, where every
+    // scale of the widening is a power of two.
+    c.dim = 512;
+    c.hidden_dim = 1024;
+    c.n_layers = 2;
+    c.n_heads = 8;
+    c.n_kv_heads = 4;
+    c.head_dim = 64;
+    c.vocab_size = 512;
+    c.max_seq_len = 512;
+    c.rope_theta = 10000.0f;
+    c.tied_embeddings = false;
     c.bos_id = 510;
     c.eos_ids = {511};
   } else if (preset == "llama-3.2-1b" || preset == "llama-1b-v512") {
@@ -80,12 +97,14 @@ absl::StatusOr<LlamaConfig> PresetConfig(absl::string_view preset) {
     c.eos_ids = {128001, 128008, 128009};
   } else {
     return absl::InvalidArgumentError(absl::StrCat("synth: unknown preset '", preset,
-                                                   "'; valid: tiny, llama-3.2-1b, llama-1b-v512, llama-3.1-8b"));
+                                                   "'; valid: tiny, small, llama-3.2-1b, llama-1b-v512, llama-3.1-8b"));
   }
   c.name = std::string(preset);
   ESTUARY_RETURN_IF_ERROR(c.Validate());
   return c;
 }
+
+namespace {
 
 // SplitMix64: fast, seedable, good enough for weights.
 class SplitMix64 {
@@ -139,7 +158,7 @@ uint64_t TensorBytes(const HfTensorInfo& info) {
 }  // namespace
 
 absl::Status SynthesizeModel(absl::string_view preset, const std::string& out_dir, uint64_t seed) {
-  ESTUARY_ASSIGN_OR_RETURN(LlamaConfig config, PresetConfig(preset));
+  ESTUARY_ASSIGN_OR_RETURN(LlamaConfig config, SynthPresetConfig(preset));
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", out_dir, ": ", ec.message()));

@@ -122,7 +122,7 @@ TEST(CommandFlagsRefusalTest, AFlagOfAnotherCommandIsRefusedNamingIt) {
        "bench-serve)"},
       {{Estuary(), "bench-decode", "--model", kModel, "--dtype", "bf16"},
        "error: --dtype does not apply to `estuary bench-decode` (it is a flag of: generate, up, "
-       "convert, bench-prefill)"},
+       "convert, widen, bench-prefill)"},
       {{Estuary(), "client", "--server=x:1", "--max_num_seqs=4"},
        "error: --max-num-seqs does not apply to `estuary client` (it is a flag of: up)"},
       {{Estuary(), "up", "--prompt", "hi"},

@@ -2,7 +2,9 @@
 //   1. llama2.c folders: prompt_ids and completion_ids equal golden.json's, exactly;
 //   2. after `estuary convert --dtype f32`, the Hugging Face loader gives the same ids;
 //   3. after `estuary convert --dtype bf16`, the share of identical tokens is printed (bf16
-//      rounding legitimately changes some argmaxes) and must stay above a sanity floor.
+//      rounding legitimately changes some argmaxes) and must stay above a sanity floor;
+//   4. after `estuary widen --preset small --dtype f32` (stories12L in 4x its dim and head
+//      dim, zero-padded: the same function up to summation order), the golden ids again.
 
 #include <filesystem>
 #include <fstream>
@@ -71,19 +73,27 @@ class RemoveConvertedFolders : public ::testing::Environment {
 };
 const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new RemoveConvertedFolders());
 
-// Converts a shipped model to a Hugging Face folder once per (model, dtype) per test binary run.
-std::string Converted(const std::string& model, const std::string& dtype) {
+// Writes a shipped model to a Hugging Face folder once per (command, model, dtype) per test
+// binary run: `estuary convert`, or `estuary widen` with `extra` flags.
+std::string Written(const std::string& command, const std::string& model,
+                    const std::string& dtype, const std::vector<std::string>& extra = {}) {
   std::map<std::string, std::string>* done = &ConvertedFolders();
-  const std::string key = model + "/" + dtype;
+  const std::string key = absl::StrCat(command, "/", model, "/", dtype);
   if (auto it = done->find(key); it != done->end()) return it->second;
-  const fs::path out = fs::temp_directory_path() /
-                       absl::StrCat("estuary-golden-", ::getpid(), "-", model, "-", dtype);
-  auto result = RunProcess({BinaryPath("cli/estuary"), "convert", "--from", ModelDir(model),
-                            "--to", out.string(), "--dtype", dtype});
+  const fs::path out = fs::temp_directory_path() / absl::StrCat("estuary-golden-", ::getpid(), "-",
+                                                                command, "-", model, "-", dtype);
+  std::vector<std::string> argv = {BinaryPath("cli/estuary"), command, "--from", ModelDir(model),
+                                   "--to", out.string(), "--dtype", dtype};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  auto result = RunProcess(argv);
   EXPECT_TRUE(result.ok() && result->exit_code == 0)
       << (result.ok() ? result->err : result.status().ToString());
   (*done)[key] = out.string();
   return out.string();
+}
+
+std::string Converted(const std::string& model, const std::string& dtype) {
+  return Written("convert", model, dtype);
 }
 
 std::string CaseName(const ::testing::TestParamInfo<GoldenCase>& info) {
@@ -116,6 +126,29 @@ TEST_P(GoldenTest, TensorParallelSizeTwoMatchesGoldenIds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shipped, GoldenTest, ::testing::ValuesIn(AllGoldenCases()), CaseName);
+
+// stories12L widened into preset "small" (dim 128 -> 512, head_dim 16 -> 64: every scale of the
+// widening a power of two) computes the same function: in f32 it reproduces the golden ids.
+TEST(GoldenWidenTest, WidenedF32HuggingFaceFolderMatchesGoldenIds) {
+  const std::string widened = Written("widen", "stories12L", "f32", {"--preset", "small"});
+  const nlohmann::json config = nlohmann::json::parse(
+      std::ifstream(fs::path(widened) / "config.json"), nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(config.is_object());
+  EXPECT_EQ(config.value("hidden_size", 0), 512);  // really wider
+  EXPECT_EQ(config.value("head_dim", 64), 64);
+  for (const GoldenCase& c : ::estuary::testing::LoadGoldenCases("stories12L")) {
+    const Generated got = RunGenerate(widened, c.prompt);
+    EXPECT_EQ(got.prompt_ids, c.prompt_ids) << c.prompt;
+    EXPECT_EQ(got.completion_ids, c.completion_ids) << c.prompt;
+  }
+  // Narrower than the model: refused, naming the width.
+  auto refused = RunProcess({BinaryPath("cli/estuary"), "widen", "--from", ModelDir("stories12L"),
+                             "--preset", "tiny", "--to", widened + "-tiny"});
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->exit_code, 2);
+  EXPECT_NE(refused->err.find("dim (64) is smaller than the model's (128)"), std::string::npos)
+      << refused->err;
+}
 
 // bf16 weights: report the share of golden tokens reproduced, position by position.
 TEST(GoldenBf16Test, ShareOfIdenticalTokens) {
