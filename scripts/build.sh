@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+source scripts/compiler_cache.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${compiler_cache_flags[@]}" "$@" >/dev/null
 cmake --build build --parallel "$(nproc)"

@@ -5,7 +5,7 @@
 #   scripts/install_deps.sh [EXTRA_PACKAGE...]
 set -euo pipefail
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libucx-dev ucx-utils
   libgtest-dev libgmock-dev libbenchmark-dev

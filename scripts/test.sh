@@ -6,9 +6,16 @@
 # that needs no GPU last, so that the closing lines CI reads are the full suite's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's wall time, printed as it ends, so that CI's log says where its minutes went.
+phase_start=$SECONDS
+phase_done() {
+  echo "== test.sh: $1 took $((SECONDS - phase_start)) s (total $SECONDS s)"
+  phase_start=$SECONDS
+}
 # Layering first (seconds, nothing compiled): each target includes only what it links.
 python3 scripts/check_layering.py
 bash scripts/build.sh
+phase_done "build/"
 # What only tests need: python3-yaml and iproute2 (the pods-as-written and multi-node tests);
 # node with npm where the machine has none (the manifests' schema check, deploy/validate).
 test_packages=(python3-yaml iproute2 python3-prometheus-client)
@@ -19,17 +26,21 @@ nvcc_path="$(command -v nvcc || true)"
 [ -n "$nvcc_path" ] || [ ! -x /usr/local/cuda/bin/nvcc ] || nvcc_path=/usr/local/cuda/bin/nvcc
 if [ -n "$nvcc_path" ]; then
   echo "nvcc found at $nvcc_path: compiling the CUDA build in build-cuda/"
+  source scripts/compiler_cache.sh  # build/'s objects serve most of this build's host code
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DESTUARY_CUDA=ON \
-    -DCMAKE_CUDA_COMPILER="$nvcc_path" -DESTUARY_BENCHMARKS=OFF >/dev/null
+    -DCMAKE_CUDA_COMPILER="$nvcc_path" -DESTUARY_BENCHMARKS=OFF "${compiler_cache_flags[@]}" \
+    >/dev/null
   # ESTUARY_CUDA adds the CUDA backend, kernels, the device forward pass and NCCL: build every
   # gpu-labelled test binary (with the worker binaries gpu_cluster_test starts) and `estuary`.
   cmake --build build-cuda --parallel "$(nproc)" --target estuary_model gpu_tests estuary
   (cd build-cuda && ctest --output-on-failure --label-regex gpu --timeout 300)
+  phase_done "the CUDA build and its gpu tests"
 else
   echo "no nvcc: skipping the CUDA build"
 fi
 
 bash scripts/fuzz.sh
+phase_done "the fuzzers"
 
 # The image: built from deploy/Dockerfile without a registry, then serving one request from its
 # file system (deploy/build_image.sh; about 5-7 minutes on 2 cores). Needs root, podman and
@@ -42,5 +53,7 @@ else
   bash scripts/install_deps.sh podman debootstrap
   bash deploy/build_image.sh
 fi
+phase_done "the image"
 
+# Last, so that its summary (with ctest's own "Total Test time") closes the log.
 (cd build && ctest --output-on-failure --label-exclude gpu --timeout 600 -j "$(nproc)")
