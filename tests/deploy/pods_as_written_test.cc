@@ -2,7 +2,7 @@
 // `kubectl kustomize`, and for every replica of every Deployment makes a pod: its own network
 // namespace and address (tests/multinode/network_hosts.h), the container's command and args
 // exactly as the manifest gives them, exactly its env (POD_IP from the downward API = the pod's
-// address), its volumes mounted at their mountPaths (ConfigMaps as files, emptyDirs), as its
+// address; the cluster token from the rendered Secret), its volumes mounted at their mountPaths (ConfigMaps as files, emptyDirs), as its
 // runAsUser. The image's content comes from this build: its binaries on PATH, the shipped model
 // at /opt/estuary/models. Service names resolve to the pods their selectors pick (the nodes'
 // hosts file). Each pod is probed as the kubelet would (startup, then readiness and liveness:
@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -29,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -215,11 +217,23 @@ class PodsAsWrittenTest : public ::testing::Test {
       std::string value;
       if (e.contains("value")) {
         value = e["value"];
-      } else if (e.contains("valueFrom") &&
+      } else if (e.contains("valueFrom") && e["valueFrom"].contains("fieldRef") &&
                  e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP") {
         value = hosts_->address(pod.name);
+      } else if (e.contains("valueFrom") && e["valueFrom"].contains("secretKeyRef")) {
+        // A Secret the manifests render (the cluster token): its key, as the kubelet decodes it.
+        const json& ref = e["valueFrom"]["secretKeyRef"];
+        const std::string name = ref["name"], key = ref["key"];
+        EXPECT_TRUE(secrets_.count(name) && secrets_[name].contains(key))
+            << "env " << e["name"] << ": no Secret " << name << " with key " << key;
+        if (secrets_.count(name) && secrets_[name].contains(key)) {
+          std::string encoded = secrets_[name][key];
+          encoded.erase(std::remove(encoded.begin(), encoded.end(), '\n'), encoded.end());
+          EXPECT_TRUE(absl::Base64Unescape(encoded, &value)) << "Secret " << name << " key " << key;
+        }
       } else {
-        ADD_FAILURE() << "env " << e["name"] << ": only values and status.podIP run here";
+        ADD_FAILURE() << "env " << e["name"]
+                      << ": only values, status.podIP and rendered Secrets run here";
       }
       argv.insert(argv.end(), {"--env", absl::StrCat(e["name"].get<std::string>(), "=", value)});
     }
@@ -241,6 +255,7 @@ class PodsAsWrittenTest : public ::testing::Test {
   std::unique_ptr<NetworkHosts> hosts_;
   std::vector<Pod> pods_;
   std::map<std::string, json> config_maps_;
+  std::map<std::string, json> secrets_;  // name -> data (base64 values, as rendered)
   std::vector<fs::path> made_dirs_;
 };
 
@@ -258,6 +273,7 @@ TEST_F(PodsAsWrittenTest, TheCpuDevOverlayServesTheGoldenIdsAsWritten) {
     if (o["kind"] == "Deployment") deployments.push_back(o);
     if (o["kind"] == "Service") services.push_back(o);
     if (o["kind"] == "ConfigMap") config_maps_[o["metadata"]["name"]] = o.value("data", json::object());
+    if (o["kind"] == "Secret") secrets_[o["metadata"]["name"]] = o.value("data", json::object());
   }
   ASSERT_FALSE(deployments.empty());
   std::vector<std::string> names;
