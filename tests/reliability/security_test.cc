@@ -311,6 +311,37 @@ TEST_F(SecurityTest, AMutualTlsClusterServesTheGoldenIdsAndRefusesStrangersOnEve
     EXPECT_EQ(anonymous->status, 401);
   }
 
+  // The command-line clients speak TLS with --ssl-ca-certs: estuary client over gRPC,
+  // bench-serve over gRPC and over HTTPS.
+  {
+    const std::string http = t::LoggedAddress(router, "OpenAI HTTP on https://");
+    const std::vector<std::string> tls = {"--ssl-ca-certs", pki_->Crt("public-ca"), "--api-key",
+                                          kApiKey};
+    absl::StatusOr<t::ProcessResult> client = t::RunProcess(
+        Concat({t::BinaryPath("cli/estuary"), "client", "--server", router.address, "--prompt",
+                "Once upon a time", "--max-tokens", "8", "--json"},
+               tls),
+        absl::Seconds(60));
+    ASSERT_TRUE(client.ok()) << client.status();
+    EXPECT_EQ(client->exit_code, 0) << client->err;
+    EXPECT_TRUE(absl::StrContains(client->out, "completion_ids")) << client->out;
+    for (const std::vector<std::string>& target :
+         {std::vector<std::string>{"--server", router.address},
+          std::vector<std::string>{"--backend", "openai", "--server", http}}) {
+      absl::StatusOr<t::ProcessResult> bench = t::RunProcess(
+          Concat(Concat({t::BinaryPath("cli/estuary"), "bench-serve", "--num-requests", "2",
+                         "--input-len", "8", "--output-len", "8", "--rate", "0", "--json"},
+                        target),
+                 tls),
+          absl::Seconds(60));
+      ASSERT_TRUE(bench.ok()) << bench.status();
+      EXPECT_EQ(bench->exit_code, 0) << bench->err;
+      EXPECT_TRUE(absl::StrContains(bench->out, "\"completed\": 2") ||
+                  absl::StrContains(bench->out, "\"completed\":2"))
+          << bench->out << bench->err;
+    }
+  }
+
   // Every internal port: no certificate, a stranger's certificate, a good one without the
   // token, plaintext: refused; a good certificate with the token: served.
   struct Port {
