@@ -514,6 +514,7 @@ int Main(int argc, char** argv) {
   }
   // `up` takes SIGINT / SIGTERM synchronously; they must be blocked before any thread starts.
   if (command == "up") process::BlockTerminationSignals();
+  process::IgnoreBrokenPipes();  // https clients (bench-serve) write through OpenSSL
   // The subcommand takes argv[0]'s place; its flags are checked against its own table.
   const std::set<std::string> given =
       process::ParseCommandFlags(argc - 1, argv + 1, *flags, EstuaryCommands());
