@@ -42,12 +42,17 @@ class BenchClient {
   virtual RequestTiming Run(const std::vector<int32_t>& prompt, int output_len) = 0;
 };
 
-// `server`: host:port of the router's gRPC port.
-std::unique_ptr<BenchClient> MakeGrpcBenchClient(const std::string& server,
-                                                 const std::string& api_key);
-// `endpoint`: http://host:port/v1/completions. INVALID_ARGUMENT for another scheme or no path.
+// `server`: host:port of the router's gRPC port; TLS verified against `ca_file` when set
+// (--ssl-ca-certs). INVALID_ARGUMENT when the file does not load.
+absl::StatusOr<std::unique_ptr<BenchClient>> MakeGrpcBenchClient(const std::string& server,
+                                                                 const std::string& api_key,
+                                                                 const std::string& ca_file = "");
+// `endpoint`: http(s)://host:port/v1/completions; https verified against `ca_file` when set,
+// else the system's CAs. INVALID_ARGUMENT for another scheme, no path, or a CA file that does
+// not load.
 absl::StatusOr<std::unique_ptr<BenchClient>> MakeOpenAiBenchClient(const std::string& endpoint,
                                                                    const std::string& api_key,
-                                                                   const std::string& model);
+                                                                   const std::string& model,
+                                                                   const std::string& ca_file = "");
 
 }  // namespace estuary::cli

@@ -4,6 +4,7 @@
 #include "estuary/v1/inference.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "rpc/api_key.h"
+#include "rpc/client_tls.h"
 #include "rpc/status_convert.h"
 
 namespace estuary::cli {
@@ -11,10 +12,8 @@ namespace {
 
 class GrpcBenchClient final : public BenchClient {
  public:
-  GrpcBenchClient(const std::string& server, std::string api_key)
-      : stub_(estuary::v1::Inference::NewStub(
-            grpc::CreateChannel(server, grpc::InsecureChannelCredentials()))),
-        api_key_(std::move(api_key)) {}
+  GrpcBenchClient(std::shared_ptr<grpc::Channel> channel, std::string api_key)
+      : stub_(estuary::v1::Inference::NewStub(std::move(channel))), api_key_(std::move(api_key)) {}
 
   absl::StatusOr<ServedModelInfo> Describe() override {
     grpc::ClientContext context;
@@ -69,9 +68,13 @@ class GrpcBenchClient final : public BenchClient {
 
 }  // namespace
 
-std::unique_ptr<BenchClient> MakeGrpcBenchClient(const std::string& server,
-                                                 const std::string& api_key) {
-  return std::make_unique<GrpcBenchClient>(server, api_key);
+absl::StatusOr<std::unique_ptr<BenchClient>> MakeGrpcBenchClient(const std::string& server,
+                                                                 const std::string& api_key,
+                                                                 const std::string& ca_file) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = rpc::CreateRouterChannel(server, ca_file);
+  if (!channel.ok()) return channel.status();
+  return std::unique_ptr<BenchClient>(
+      std::make_unique<GrpcBenchClient>(*std::move(channel), api_key));
 }
 
 }  // namespace estuary::cli

@@ -9,6 +9,7 @@
 #include "cli/sse_reader.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "rpc/tls_files.h"
 
 namespace estuary::cli {
 namespace {
@@ -21,10 +22,13 @@ struct HttpEndpoint {
 
 absl::StatusOr<HttpEndpoint> ParseEndpoint(const std::string& url) {
   absl::string_view rest = url;
-  if (!absl::ConsumePrefix(&rest, "http://")) {
+  std::string scheme = "http://";
+  if (absl::ConsumePrefix(&rest, "https://")) {
+    scheme = "https://";
+  } else if (!absl::ConsumePrefix(&rest, "http://")) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--endpoint '", url, "': give an http:// URL such as http://127.0.0.1:8000/v1/completions "
-        "(https is not supported)"));
+        "--endpoint '", url, "': give an http:// or https:// URL such as "
+        "http://127.0.0.1:8000/v1/completions"));
   }
   const size_t slash = rest.find('/');
   const absl::string_view authority = rest.substr(0, slash);
@@ -40,7 +44,7 @@ absl::StatusOr<HttpEndpoint> ParseEndpoint(const std::string& url) {
     return absl::InvalidArgumentError(absl::StrCat("--endpoint '", url, "': bad port"));
   }
   HttpEndpoint endpoint;
-  endpoint.base = absl::StrCat("http://", authority);
+  endpoint.base = absl::StrCat(scheme, authority);
   endpoint.path = std::string(rest.substr(slash));
   absl::string_view dir = endpoint.path;
   if (!absl::ConsumeSuffix(&dir, "/chat/completions")) {
@@ -56,13 +60,15 @@ std::string Dump(const nlohmann::json& json) {
 
 class OpenAiBenchClient final : public BenchClient {
  public:
-  OpenAiBenchClient(HttpEndpoint endpoint, const std::string& api_key, std::string model)
-      : endpoint_(std::move(endpoint)), model_(std::move(model)) {
+  OpenAiBenchClient(HttpEndpoint endpoint, const std::string& api_key, std::string model,
+                    std::string ca_file)
+      : endpoint_(std::move(endpoint)), model_(std::move(model)), ca_file_(std::move(ca_file)) {
     if (!api_key.empty()) headers_.emplace("Authorization", absl::StrCat("Bearer ", api_key));
   }
 
   absl::StatusOr<ServedModelInfo> Describe() override {
     httplib::Client client(endpoint_.base);
+    TrustCa(client);
     client.set_connection_timeout(std::chrono::seconds(10));
     client.set_read_timeout(std::chrono::seconds(10));
     const httplib::Result result = client.Get(endpoint_.models_path.c_str(), headers_);
@@ -111,6 +117,7 @@ class OpenAiBenchClient final : public BenchClient {
                                  {"stream_options", {{"include_usage", true}}},
                                  {"return_token_ids", true}};
     httplib::Client client(endpoint_.base);
+    TrustCa(client);
     client.set_connection_timeout(std::chrono::seconds(10));
     client.set_read_timeout(std::chrono::minutes(10));
     client.set_write_timeout(std::chrono::seconds(30));
@@ -205,8 +212,15 @@ class OpenAiBenchClient final : public BenchClient {
   }
 
  private:
+  // https: the server's certificate must chain to --ssl-ca-certs when given (else to the
+  // system's CAs) and name the host.
+  void TrustCa(httplib::Client& client) const {
+    if (!ca_file_.empty()) client.set_ca_cert_path(ca_file_.c_str());
+  }
+
   const HttpEndpoint endpoint_;
   std::string model_;  // set by Describe before any Run
+  const std::string ca_file_;
   httplib::Headers headers_;
 };
 
@@ -214,11 +228,15 @@ class OpenAiBenchClient final : public BenchClient {
 
 absl::StatusOr<std::unique_ptr<BenchClient>> MakeOpenAiBenchClient(const std::string& endpoint,
                                                                    const std::string& api_key,
-                                                                   const std::string& model) {
+                                                                   const std::string& model,
+                                                                   const std::string& ca_file) {
   absl::StatusOr<HttpEndpoint> parsed = ParseEndpoint(endpoint);
   if (!parsed.ok()) return parsed.status();
+  if (!ca_file.empty()) {
+    if (absl::Status s = rpc::CheckCaFile(ca_file, "ssl-ca-certs"); !s.ok()) return s;
+  }
   return std::unique_ptr<BenchClient>(
-      std::make_unique<OpenAiBenchClient>(std::move(*parsed), api_key, model));
+      std::make_unique<OpenAiBenchClient>(std::move(*parsed), api_key, model, ca_file));
 }
 
 }  // namespace estuary::cli

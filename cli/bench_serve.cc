@@ -52,15 +52,17 @@ class Dispatch {
 };
 
 std::string OpenAiEndpoint(const BenchServeOptions& options) {
-  return options.endpoint.empty() ? absl::StrCat("http://", options.server, "/v1/completions")
-                                  : options.endpoint;
+  if (!options.endpoint.empty()) return options.endpoint;
+  return absl::StrCat(options.ssl_ca_certs.empty() ? "http://" : "https://", options.server,
+                      "/v1/completions");
 }
 
 absl::StatusOr<std::unique_ptr<BenchClient>> MakeClient(const BenchServeOptions& options) {
   if (BenchBackend(options) == "grpc") {
-    return MakeGrpcBenchClient(options.server, options.api_key);
+    return MakeGrpcBenchClient(options.server, options.api_key, options.ssl_ca_certs);
   }
-  return MakeOpenAiBenchClient(OpenAiEndpoint(options), options.api_key, /*model=*/"");
+  return MakeOpenAiBenchClient(OpenAiEndpoint(options), options.api_key, /*model=*/"",
+                               options.ssl_ca_certs);
 }
 
 void PrintTable(const nlohmann::json& r) {

@@ -21,6 +21,8 @@ struct BenchServeOptions {
   std::string server;            // host:port (grpc: the gRPC port; openai: the HTTP port)
   std::string endpoint;          // openai: the full URL (default http://<server>/v1/completions)
   std::string api_key;           // sent as a bearer token on both paths when set
+  std::string ssl_ca_certs;      // --ssl-ca-certs: TLS to the router, its certificate checked
+                                 // against this CA (gRPC; HTTP: https:// by default)
   double rate = 4.0;             // requests per second; 0 = all at once
   int max_concurrency = 0;       // requests in flight at most; 0 = no cap
   int num_requests = 32;

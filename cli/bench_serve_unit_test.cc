@@ -104,7 +104,7 @@ TEST(BenchServeOptionsTest, RefusesWhatCannotRun) {
 
 TEST(BenchServeOptionsTest, AnEndpointThatIsNotHttpIsRefusedBeforeAnyRequest) {
   BenchServeOptions https;
-  https.endpoint = "https://127.0.0.1:8000/v1/completions";
+  https.endpoint = "ftp://127.0.0.1:8000/v1/completions";
   const absl::Status status = RunBenchServe(https);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_NE(status.message().find("http://"), std::string::npos) << status;

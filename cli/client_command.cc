@@ -12,6 +12,7 @@
 #include "rpc/status_convert.h"
 #include "rpc/worker_request.h"
 #include "rpc/api_key.h"
+#include "rpc/client_tls.h"
 
 namespace estuary::cli {
 namespace {
@@ -43,8 +44,10 @@ std::string Summary(const estuary::v1::Usage& usage, const estuary::v1::Timings&
 absl::Status RunClient(const ClientOptions& options) {
   if (options.server.empty()) return absl::InvalidArgumentError("client needs --server HOST:PORT");
   if (options.timeout_seconds <= 0) return absl::InvalidArgumentError("--timeout must be > 0");
-  auto stub = estuary::v1::Inference::NewStub(
-      grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials()));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      rpc::CreateRouterChannel(options.server, options.ssl_ca_certs);
+  if (!channel.ok()) return channel.status();
+  auto stub = estuary::v1::Inference::NewStub(*std::move(channel));
   estuary::v1::GenerateRequest request;
   request.set_text(options.prompt);
   rpc::SamplingToProto(options.sampling, options.max_tokens, request.mutable_sampling());

@@ -19,6 +19,7 @@ struct ClientOptions {
   bool json = false;
   double timeout_seconds = 300;
   std::string api_key;          // sent as `authorization: Bearer KEY` when set
+  std::string ssl_ca_certs;     // --ssl-ca-certs: TLS, the router's certificate checked against it
 };
 
 absl::Status RunClient(const ClientOptions& options);

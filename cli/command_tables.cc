@@ -31,6 +31,13 @@ const Names& WorkerFlags() {
   return names;
 }
 
+// Security between the cluster's processes (rpc/cluster_flags.h): every server binary.
+const Names& ClusterSecurityFlags() {
+  static const Names names = {"cluster_token", "cluster_ca_file", "cluster_cert_file",
+                              "cluster_key_file", "tls_refresh_interval"};
+  return names;
+}
+
 const Names& DecodeOnlyFlags() {
   static const Names names = {"river",
                               "exit_threshold",
@@ -53,17 +60,20 @@ const std::vector<CommandFlags>& Servers() {
       {"estuary-router", "",
        "the client-facing process: estuary.v1.Inference (gRPC) and OpenAI HTTP; workers "
        "register with it",
-       {"model", "model_id", "served_model_name", "host", "port", "http_port", "api_key",
-        "max_model_len", "policy", "local_prefill_max_tokens", "max_queued_requests",
-        "max_concurrent_streams", "worker_timeout", "discover_workers", "discovery_interval", "ready_file", "metrics_port",
-        "shutdown_timeout", "http_max_concurrent_requests", "http_max_body_bytes",
-        "http_request_timeout", "http_read_timeout", "chat_template"}},
+       Join({{"model", "model_id", "served_model_name", "host", "port", "http_port", "api_key",
+              "max_model_len", "policy", "local_prefill_max_tokens", "max_queued_requests",
+              "max_concurrent_streams", "worker_timeout", "discover_workers",
+              "discovery_interval", "ready_file", "metrics_port", "shutdown_timeout",
+              "http_max_concurrent_requests", "http_max_body_bytes", "http_request_timeout",
+              "http_read_timeout", "chat_template", "ssl_certfile", "ssl_keyfile",
+              "cluster_port"},
+             ClusterSecurityFlags()})},
       {"estuary-prefill", "", "the prefill worker: prompts in, KV pages pushed to decode workers",
-       WorkerFlags()},
+       Join({WorkerFlags(), ClusterSecurityFlags()})},
       {"estuary-decode", "",
        "the decode worker: receives KV pages and streams tokens (optionally through the exit "
        "river)",
-       Join({WorkerFlags(), DecodeOnlyFlags()})},
+       Join({WorkerFlags(), DecodeOnlyFlags(), ClusterSecurityFlags()})},
   };
   return servers;
 }
@@ -96,7 +106,7 @@ const Names& LosslessFlags() {
 constexpr const char* kUpManaged[] = {
     "model", "port", "prefill", "decode", "tp_prefill", "tp_decode", "ucx_tls", "kv_cache_bytes",
     "kv_cache_memory", "policy", "local_prefill_max_tokens", "river", "ready_file", "log_dir",
-    "shutdown_timeout", "device", "metrics_port", "api_key"};
+    "shutdown_timeout", "device", "metrics_port", "api_key", "cluster_token"};
 
 const Names& UpPassThroughFlags() {
   static const Names names = {
@@ -127,11 +137,12 @@ const std::vector<CommandFlags>& Subcommands() {
        "start a local cluster (router, prefill and decode workers) on loopback",
        Join({Names(std::begin(kUpManaged), std::end(kUpManaged)), UpPassThroughFlags()})},
       {"estuary client", "client", "send one prompt to a router and print the streamed answer",
-       Join({{"server", "api_key", "prompt", "max_tokens"}, SamplingFlags(),
+       Join({{"server", "api_key", "ssl_ca_certs", "prompt", "max_tokens"}, SamplingFlags(),
              {"stream", "json"}})},
       {"estuary bench-serve", "bench-serve",
        "load a router: TTFT, inter-token and end-to-end latency, tokens/s",
-       {"server", "api_key", "backend", "endpoint", "rate", "max_concurrency", "num_requests",
+       {"server", "api_key", "ssl_ca_certs", "backend", "endpoint", "rate", "max_concurrency",
+        "num_requests",
         "input_len", "output_len", "seed", "json", "result_file"}},
       {"estuary convert", "convert", "write a Hugging Face folder from a llama2.c model",
        {"from", "to", "dtype"}},

@@ -48,6 +48,7 @@
 #include "process/byte_size.h"
 #include "process/command_flags.h"
 #include "rpc/api_key.h"
+#include "rpc/cluster_security.h"
 #include "cli/exit_commands.h"
 #include "cli/bench_serve.h"
 #include "cli/client_command.h"
@@ -130,6 +131,12 @@ ABSL_FLAG(int, metrics_port, -1,
 ABSL_FLAG(std::string, api_key, "",
           "client, bench-serve: sent as `authorization: Bearer KEY`; up: the router requires it; "
           "default: $ESTUARY_API_KEY");
+ABSL_FLAG(std::string, ssl_ca_certs, "",
+          "client, bench-serve: TLS to the router, whose certificate must chain to this CA "
+          "(PEM) and name the host dialled");
+ABSL_FLAG(std::string, cluster_token, "",
+          "up: the token every process of the local cluster demands and sends (at least 16 "
+          "characters); default: $ESTUARY_CLUSTER_TOKEN, else a fresh random one");
 // Passed by `estuary up` to the servers that take them (cli/command_tables.cc), when given;
 // defaults and meaning as in those servers.
 ABSL_FLAG(std::string, served_model_name, "",
@@ -376,6 +383,12 @@ absl::Status Up(const std::set<std::string>& given) {
                                : absl::GetFlag(FLAGS_kv_cache_memory).bytes;
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.api_key = rpc::ApiKeyFromFlagOrEnv(absl::GetFlag(FLAGS_api_key));
+  options.cluster_token = absl::GetFlag(FLAGS_cluster_token);
+  if (options.cluster_token.empty()) {
+    if (const char* env = std::getenv(rpc::kClusterTokenEnv); env != nullptr) {
+      options.cluster_token = env;
+    }
+  }
   ESTUARY_RETURN_IF_ERROR(PassThrough(given, options));
   options.policy = absl::GetFlag(FLAGS_policy);
   options.local_prefill_max_tokens = absl::GetFlag(FLAGS_local_prefill_max_tokens);
@@ -446,6 +459,7 @@ absl::Status Client() {
   options.stream = absl::GetFlag(FLAGS_stream);
   options.json = absl::GetFlag(FLAGS_json);
   options.api_key = rpc::ApiKeyFromFlagOrEnv(absl::GetFlag(FLAGS_api_key));
+  options.ssl_ca_certs = absl::GetFlag(FLAGS_ssl_ca_certs);
   return RunClient(options);
 }
 
@@ -463,6 +477,7 @@ absl::Status BenchServe() {
   options.max_concurrency = absl::GetFlag(FLAGS_max_concurrency);
   options.result_file = absl::GetFlag(FLAGS_result_file);
   options.api_key = rpc::ApiKeyFromFlagOrEnv(absl::GetFlag(FLAGS_api_key));
+  options.ssl_ca_certs = absl::GetFlag(FLAGS_ssl_ca_certs);
   return RunBenchServe(options);
 }
 
@@ -513,6 +528,7 @@ int Main(int argc, char** argv) {
   }
   // `up` takes SIGINT / SIGTERM synchronously; they must be blocked before any thread starts.
   if (command == "up") process::BlockTerminationSignals();
+  process::IgnoreBrokenPipes();  // https clients (bench-serve) write through OpenSSL
   // The subcommand takes argv[0]'s place; its flags are checked against its own table.
   const std::set<std::string> given =
       process::ParseCommandFlags(argc - 1, argv + 1, *flags, EstuaryCommands());

@@ -17,10 +17,12 @@
 #include "cli/up_supervisor.h"
 #include "core/common/child_process.h"
 #include "core/common/logging.h"
+#include "core/common/secure_random.h"
 #include "core/common/status_macros.h"
 #include "estuary/v1/inference.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "rpc/api_key.h"
+#include "rpc/cluster_security.h"
 #include "process/byte_size.h"
 #include "process/ready_file.h"
 #include "process/signals.h"
@@ -103,6 +105,13 @@ void StopAll(std::vector<Member>& members, absl::Duration shutdown_timeout) {
 
 absl::Status ValidateUpOptions(const UpOptions& options) {
   if (options.model.empty()) return absl::InvalidArgumentError("up needs a model");
+  if (!options.cluster_token.empty() &&
+      options.cluster_token.size() < rpc::kMinClusterTokenLength) {
+    return absl::InvalidArgumentError(absl::StrCat("--cluster-token has ",
+                                                   options.cluster_token.size(),
+                                                   " characters; use at least ",
+                                                   rpc::kMinClusterTokenLength));
+  }
   if (options.shutdown_timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--shutdown-timeout must be >= 0");
   }
@@ -158,8 +167,11 @@ absl::Status RunUp(const UpOptions& options) {
       absl::FormatDuration(options.shutdown_timeout)};
   Append(router_flags, metrics_flags(0));
   // The key reaches the router through its environment ($ESTUARY_API_KEY), not its argv
-  // (which every local user can read in /proc).
+  // (which every local user can read in /proc); so does the cluster token, to every process.
   if (!options.api_key.empty()) ::setenv(rpc::kApiKeyEnv, options.api_key.c_str(), 1);
+  const std::string cluster_token =
+      options.cluster_token.empty() ? SecureRandomHex(32) : options.cluster_token;
+  ::setenv(rpc::kClusterTokenEnv, cluster_token.c_str(), 1);
   Append(router_flags, options.router_flags);
   absl::StatusOr<Member> router = Launch("router", router_binary, router_flags, log_dir);
   if (!router.ok()) return fail(router.status());

@@ -39,6 +39,9 @@ struct UpOptions {
   int metrics_port = -1;
   // The router requires it from clients (--api-key); up's own calls to the router send it.
   std::string api_key;
+  // Every process demands and sends it (--cluster-token; rpc/cluster_security.h), so the local
+  // cluster's internal ports are closed to other local users; empty: RunUp draws a random one.
+  std::string cluster_token;
   // Flags passed through as given (`--name=value`, estuary_main's PassThrough): to the router,
   // to each prefill worker, to each decode worker.
   std::vector<std::string> router_flags;

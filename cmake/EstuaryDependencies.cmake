@@ -23,6 +23,9 @@ if(NOT ESTUARY_FUZZ)
   # the CPPHTTPLIB_*_SUPPORT definitions from its .pc must match the library's class layouts.
   find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
   pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+  # OpenSSL (libssl-dev) for certificate checks and the HTTPS door's certificate reload
+  # (rpc/tls_files.h, rpc/https_server.h); gRPC and cpp-httplib use the same library for TLS.
+  find_package(OpenSSL REQUIRED)
 endif()
 
 if(ESTUARY_CUDA)

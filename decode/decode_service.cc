@@ -9,6 +9,7 @@
 #include "core/common/metrics.h"
 #include "core/common/status_macros.h"
 #include "kvtransfer/fingerprint.h"
+#include "rpc/cluster_security.h"
 #include "rpc/overload.h"
 #include "rpc/status_convert.h"
 #include "rpc/worker_request.h"
@@ -171,6 +172,7 @@ void DecodeService::OnCompletion(const estuary::v1::KvCompletion& completion) {
 grpc::Status DecodeService::Reserve(grpc::ServerContext* context,
                                     const estuary::v1::ReserveRequest* request,
                                     estuary::v1::ReserveResponse* response) {
+  if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
   absl::Duration lease =
       request->lease_ms() > 0 ? absl::Milliseconds(request->lease_ms()) : options_.default_lease;
   lease = std::min(lease, options_.max_lease);
@@ -195,6 +197,7 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* context,
 grpc::Status DecodeService::Decode(grpc::ServerContext* context,
                                    const estuary::v1::DecodeRequest* request,
                                    grpc::ServerWriter<estuary::v1::DecodeResponse>* writer) {
+  if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
   const std::string id =
       request->has_local_prefill() ? request->local_prefill().request_id() : request->request_id();
   if (request->has_local_prefill()) {
@@ -257,6 +260,7 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* context,
 grpc::Status DecodeService::Abort(grpc::ServerContext* context,
                                   const estuary::v1::WorkerAbortRequest* request,
                                   estuary::v1::WorkerAbortResponse* response) {
+  if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
   response->set_found(engine_->Abort(request->request_id()));
   loop_->Notify();
   return grpc::Status::OK;
@@ -265,6 +269,7 @@ grpc::Status DecodeService::Abort(grpc::ServerContext* context,
 grpc::Status DecodeService::GetLoad(grpc::ServerContext* context,
                                     const estuary::v1::GetLoadRequest* request,
                                     estuary::v1::WorkerLoad* response) {
+  if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
   {
     absl::MutexLock lock(&load_mu_);
     *response = load_;  // the engine-thread figures of the latest step
@@ -280,6 +285,7 @@ grpc::Status DecodeService::GetLoad(grpc::ServerContext* context,
 grpc::Status DecodeService::GetInfo(grpc::ServerContext* context,
                                     const estuary::v1::GetInfoRequest* request,
                                     estuary::v1::WorkerInfo* response) {
+  if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
   *response = control_.info();
   return grpc::Status::OK;
 }

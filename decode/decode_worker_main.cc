@@ -10,6 +10,7 @@
 //                  [--shutdown-timeout 30s] [--engine-stall-timeout 60s] [--max-failed-steps 3]
 //                  [--device cuda[:N] --kv-transport nccl]   (a CUDA build: steps on the GPU)
 //                  [--max-model-len L] [--kv-cache-memory 2GiB] [--dtype f32|bf16]
+//                  [--cluster-token T] [--cluster-ca-file F --cluster-cert-file F --cluster-key-file F]
 // Its flags: cli/command_tables.cc (DecodeWorkerCommand); `estuary-decode --help` lists them.
 
 #include "absl/flags/flag.h"
@@ -22,6 +23,7 @@
 #include "core/common/status_macros.h"
 #include "decode/decode_service.h"
 #include "process/process_main.h"
+#include "rpc/cluster_flags.h"
 #include "worker/worker_flags.h"
 
 // --river turns the exit river on; how it is built and when tokens exit: cli/river_flags.h.
@@ -37,6 +39,7 @@ namespace {
 absl::Status Run() {
   worker::WorkerProcessOptions process = worker::WorkerProcessOptionsFromFlags();
   ESTUARY_RETURN_IF_ERROR(worker::ValidateWorkerProcessOptions(process));
+  ESTUARY_RETURN_IF_ERROR(rpc::ConfigureClusterSecurityFromFlags());
   ESTUARY_RETURN_IF_ERROR(cli::ApplyKernelFlags());
   DecodeServiceOptions options;
   options.model_id = process.model_id;

@@ -9,6 +9,7 @@
 #include "core/common/metrics.h"
 #include "core/common/status_macros.h"
 #include "kvtransfer/fingerprint.h"
+#include "rpc/cluster_security.h"
 #include "rpc/overload.h"
 #include "rpc/status_convert.h"
 #include "rpc/worker_request.h"
@@ -127,6 +128,7 @@ void PrefillService::OnDone(PrefillDone& done) {
 grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
                                      const estuary::v1::PrefillRequest* request,
                                      estuary::v1::PrefillResponse* response) {
+  if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
   if (control_.draining) return worker::DrainingStatus();
   const absl::Time start = absl::Now();
   const estuary::v1::WorkerRequest& in = request->request();
@@ -219,6 +221,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
 grpc::Status PrefillService::Abort(grpc::ServerContext* context,
                                    const estuary::v1::WorkerAbortRequest* request,
                                    estuary::v1::WorkerAbortResponse* response) {
+  if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
   response->set_found(engine_->Abort(request->request_id()));
   loop_->Notify();
   return grpc::Status::OK;
@@ -227,6 +230,7 @@ grpc::Status PrefillService::Abort(grpc::ServerContext* context,
 grpc::Status PrefillService::GetLoad(grpc::ServerContext* context,
                                      const estuary::v1::GetLoadRequest* request,
                                      estuary::v1::WorkerLoad* response) {
+  if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
   {
     absl::MutexLock lock(&load_mu_);
     *response = load_;  // the engine-thread figures of the latest step
@@ -239,6 +243,7 @@ grpc::Status PrefillService::GetLoad(grpc::ServerContext* context,
 grpc::Status PrefillService::GetInfo(grpc::ServerContext* context,
                                      const estuary::v1::GetInfoRequest* request,
                                      estuary::v1::WorkerInfo* response) {
+  if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
   *response = control_.info();
   return grpc::Status::OK;
 }

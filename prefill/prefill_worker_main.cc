@@ -7,6 +7,7 @@
 //                  [--host 0.0.0.0 --advertise-address A] [--router HOST:PORT]
 //                  [--shutdown-timeout 30s] [--engine-stall-timeout 60s] [--max-failed-steps 3]
 //                  [--max-model-len L] [--kv-cache-memory 2GiB] [--dtype f32|bf16]
+//                  [--cluster-token T] [--cluster-ca-file F --cluster-cert-file F --cluster-key-file F]
 // Its flags: cli/command_tables.cc (PrefillWorkerCommand); `estuary-prefill --help` lists them.
 
 #include "absl/flags/flag.h"
@@ -15,6 +16,7 @@
 #include "core/common/status_macros.h"
 #include "prefill/prefill_service.h"
 #include "process/process_main.h"
+#include "rpc/cluster_flags.h"
 #include "worker/worker_flags.h"
 
 namespace estuary {
@@ -23,6 +25,7 @@ namespace {
 absl::Status Run() {
   worker::WorkerProcessOptions process = worker::WorkerProcessOptionsFromFlags();
   ESTUARY_RETURN_IF_ERROR(worker::ValidateWorkerProcessOptions(process));
+  ESTUARY_RETURN_IF_ERROR(rpc::ConfigureClusterSecurityFromFlags());
   ESTUARY_RETURN_IF_ERROR(cli::ApplyKernelFlags());
   PrefillServiceOptions options;
   options.model_id = process.model_id;

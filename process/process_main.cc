@@ -11,6 +11,7 @@ int ProcessMain(int argc, char** argv, const CommandFlags& command,
                 const std::function<absl::Status()>& run,
                 absl::Span<const CommandFlags> siblings) {
   BlockTerminationSignals();
+  IgnoreBrokenPipes();
   RaiseOpenFileLimit();
   ParseCommandFlags(argc, argv, command, siblings);
   const absl::Status status = run();

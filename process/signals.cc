@@ -39,4 +39,6 @@ bool WaitForTerminationSignal(absl::Time deadline) {
   }
 }
 
+void IgnoreBrokenPipes() { ::signal(SIGPIPE, SIG_IGN); }
+
 }  // namespace estuary::process

@@ -17,4 +17,10 @@ void BlockTerminationSignals();
 // Waits until SIGINT or SIGTERM arrives or `deadline` passes; true when a signal was taken.
 bool WaitForTerminationSignal(absl::Time deadline = absl::InfiniteFuture());
 
+// SIGPIPE ignored for the whole process: a peer that closes its connection must fail the write
+// (EPIPE), not kill the process. gRPC and cpp-httplib's plain sockets send with MSG_NOSIGNAL,
+// but TLS writes go through OpenSSL's socket BIO, which does not (the HTTPS door, https
+// clients). ProcessMain and `estuary` call it first.
+void IgnoreBrokenPipes();
+
 }  // namespace estuary::process

@@ -17,7 +17,11 @@
 //                  [--http-port P] [--http-max-concurrent-requests N] [--http-max-body-bytes B]
 //                  [--http-request-timeout D] [--http-read-timeout D]
 //                  [--api-key KEY] [--served-model-name NAME] [--max-model-len L]
-//                  [--chat-template FILE]
+//                  [--chat-template FILE] [--ssl-certfile F --ssl-keyfile F]
+//                  [--cluster-token T] [--cluster-port P]
+//                  [--cluster-ca-file F --cluster-cert-file F --cluster-key-file F]
+// Who may use which port: router_doors.h (client port, worker registration) and
+// rpc/cluster_security.h (the calls to the workers).
 // Its flags: cli/command_tables.cc (RouterCommand); `estuary-router --help` lists them.
 
 #include <algorithm>
@@ -25,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,10 +42,14 @@
 #include "core/common/status_macros.h"
 #include "router/openai/chat_prompt.h"
 #include "router/openai/openai_server.h"
+#include "router/router_doors.h"
 #include "router/router_options.h"
 #include "router/router_service.h"
 #include "cli/command_tables.h"
 #include "rpc/api_key.h"
+#include "rpc/client_tls.h"
+#include "rpc/cluster_flags.h"
+#include "rpc/cluster_security.h"
 #include "rpc/grpc_server.h"
 #include "rpc/metrics_http.h"
 #include "process/process_main.h"
@@ -95,6 +104,14 @@ ABSL_FLAG(absl::Duration, http_request_timeout, absl::Minutes(10),
           "an HTTP generation request is given this long in all");
 ABSL_FLAG(absl::Duration, http_read_timeout, absl::Seconds(30),
           "an HTTP client that sends nothing for this long is dropped (also the write timeout)");
+ABSL_FLAG(std::string, ssl_certfile, "",
+          "TLS on the client ports (gRPC --port and HTTP --http-port): the certificate chain "
+          "(PEM), re-read every --tls-refresh-interval; with --ssl-keyfile");
+ABSL_FLAG(std::string, ssl_keyfile, "", "TLS on the client ports: the private key (PEM)");
+ABSL_FLAG(int, cluster_port, -1,
+          "worker registration (WorkerRegistry) on a port of its own, with the cluster's "
+          "credentials (mutual TLS when configured); workers' --router points here; -1 = on the "
+          "client port (not with mutual TLS), 0 = any free port");
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template file for /v1/chat/completions (Hugging Face chat_template syntax); "
           "default: chat_template in the model folder's tokenizer_config.json; neither: those "
@@ -128,6 +145,9 @@ absl::StatusOr<openai::OpenAiServerOptions> HttpOptionsFromFlags(const RouterOpt
   http.request_timeout = absl::GetFlag(FLAGS_http_request_timeout);
   http.read_timeout = absl::GetFlag(FLAGS_http_read_timeout);
   http.write_timeout = http.read_timeout;
+  http.tls.cert_file = absl::GetFlag(FLAGS_ssl_certfile);
+  http.tls.key_file = absl::GetFlag(FLAGS_ssl_keyfile);
+  http.tls.refresh = absl::GetFlag(FLAGS_tls_refresh_interval);
   if (http.request_timeout <= absl::ZeroDuration() || http.read_timeout < absl::Seconds(1)) {
     return absl::InvalidArgumentError(
         "--http-request-timeout must be positive and --http-read-timeout at least 1s");
@@ -184,17 +204,44 @@ rpc::ServerLimits RouterServerLimits(const RouterOptions& options) {
   return limits;
 }
 
+RouterDoors DoorsFromFlags() {
+  RouterDoors doors;
+  doors.client_tls.cert_file = absl::GetFlag(FLAGS_ssl_certfile);
+  doors.client_tls.key_file = absl::GetFlag(FLAGS_ssl_keyfile);
+  doors.client_tls.refresh = absl::GetFlag(FLAGS_tls_refresh_interval);
+  doors.cluster_port = absl::GetFlag(FLAGS_cluster_port);
+  return doors;
+}
+
 absl::Status Run() {
   ESTUARY_ASSIGN_OR_RETURN(RouterOptions options, OptionsFromFlags());
   ESTUARY_ASSIGN_OR_RETURN(openai::OpenAiServerOptions http_options, HttpOptionsFromFlags(options));
+  ESTUARY_RETURN_IF_ERROR(rpc::ConfigureClusterSecurityFromFlags());
+  const RouterDoors doors = DoorsFromFlags();
+  const bool cluster_tls = rpc::ClusterTlsEnabled();
+  ESTUARY_RETURN_IF_ERROR(
+      ValidateRouterDoors(doors, cluster_tls, !options.discover_workers.empty()));
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<RouterService> router, RouterService::Create(options));
   http_options.served_model = router->served_model_name();
   http_options.api_key = options.api_key;
   http_options.context_length = router->limits().context_length;
   http_options.num_layers = router->limits().num_layers;
-  ESTUARY_ASSIGN_OR_RETURN(rpc::RunningServer running,
-                           rpc::StartGrpcServer(options.host, options.port, router->services(),
-                                                RouterServerLimits(options)));
+  const PortServices ports = AssignServices(doors, cluster_tls, router->inference_service(),
+                                            router->registry_service());
+  ESTUARY_ASSIGN_OR_RETURN(
+      rpc::RunningServer running,
+      rpc::StartGrpcServer(options.host, options.port, ports.client, RouterServerLimits(options),
+                           rpc::ClientPortCredentials(doors.client_tls)));
+  // Worker registration on its own port, with the cluster's credentials (router_doors.h).
+  std::optional<rpc::RunningServer> cluster;
+  if (!ports.cluster.empty()) {
+    ESTUARY_ASSIGN_OR_RETURN(cluster,
+                             rpc::StartGrpcServer(options.host, doors.cluster_port, ports.cluster));
+    ESTUARY_LOG(INFO) << "router cluster port (worker registration) on " << cluster->address;
+  } else if (!ports.registration_served) {
+    ESTUARY_LOG(INFO) << "worker registration off (mutual TLS without --cluster-port): workers "
+                         "come from --discover-workers";
+  }
   // The HTTP door calls the router's own Inference service through an in-process channel.
   std::unique_ptr<openai::OpenAiServer> http;
   if (http_options.port >= 0) {
@@ -207,7 +254,8 @@ absl::Status Run() {
         estuary::v1::Inference::NewStub(InProcessChannel(*running.server, options.api_key)),
         router->tokenizer(), [&router] { return router->Ready(); }, std::move(chat_prompt));
     ESTUARY_RETURN_IF_ERROR(http->Start());
-    ESTUARY_LOG(INFO) << "router OpenAI HTTP on http://" << http->address() << "/v1";
+    ESTUARY_LOG(INFO) << "router OpenAI HTTP on " << (doors.client_tls.enabled() ? "https" : "http")
+                      << "://" << http->address() << "/v1";
   }
   rpc::MetricsHttpServer metrics;
   if (options.metrics_port >= 0) {
@@ -221,7 +269,8 @@ absl::Status Run() {
                     << running.address << " (policy " << PolicyName(options.policy)
                     << ", local prefill up to " << options.local_prefill_max_tokens
                     << " tokens, max-model-len " << router->limits().context_length
-                    << (options.api_key.empty() ? "" : ", API key required") << ")";
+                    << (options.api_key.empty() ? "" : ", API key required")
+                    << (doors.client_tls.enabled() ? ", TLS" : "") << ")";
 
   // Readiness follows the registry: ready while a ready decode worker is known.
   std::atomic<bool> stop_watch{false};
@@ -231,6 +280,7 @@ absl::Status Run() {
       const bool now_ready = router->Ready();
       if (now_ready != ready) {
         running.health.SetReady(now_ready);
+        if (cluster.has_value()) cluster->health.SetReady(now_ready);
         metrics.SetReady(now_ready);
         ESTUARY_LOG(INFO) << "router " << (now_ready ? "ready" : "not ready (no decode worker)");
         ready = now_ready;
@@ -244,6 +294,7 @@ absl::Status Run() {
   stop_watch = true;
   watcher.join();
   running.health.SetReady(false);
+  if (cluster.has_value()) cluster->health.SetReady(false);
   metrics.SetReady(false);
   ESTUARY_LOG(INFO) << "router draining " << router->active_requests() << " requests (up to "
                     << absl::FormatDuration(options.shutdown_timeout) << ")";
@@ -267,6 +318,9 @@ absl::Status Run() {
   ESTUARY_LOG(INFO) << "router shutting down";
   if (http != nullptr) http->Stop();
   running.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (cluster.has_value()) {
+    cluster->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  }
   return absl::OkStatus();
 }
 

@@ -4,19 +4,20 @@
 #include <chrono>
 #include <functional>
 #include <optional>
-#include <random>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/common/logging.h"
 #include "core/common/metrics.h"
 #include "core/common/status_macros.h"
 #include "core/loader/model_metadata.h"
+#include "router/request_ids.h"
 #include "router/router_metrics.h"
 #include "router/stop_matcher.h"
 #include "rpc/api_key.h"
+#include "rpc/caller_identity.h"
 #include "rpc/channels.h"
+#include "rpc/cluster_security.h"
 #include "rpc/overload.h"
 #include "rpc/status_convert.h"
 #include "rpc/worker_request.h"
@@ -35,13 +36,23 @@ std::chrono::system_clock::time_point ChronoDeadline(absl::Time deadline) {
   return absl::ToChronoTime(deadline);
 }
 
+// A registering worker's certificate identity under mutual TLS ("" otherwise): the registry
+// keeps a live worker's id for that identity (worker_registry.h).
+std::string PeerIdentityOf(const grpc::ServerContext* context) {
+  return context == nullptr ? std::string() : rpc::PeerIdentity(*context);
+}
+
 
 }  // namespace
 
 // One Generate call in flight, shared with the watchdog and Abort.
 struct RouterService::Active {
-  explicit Active(std::string request_id) : id(std::move(request_id)) {}
+  Active(std::string request_id, std::string owner_identity)
+      : id(std::move(request_id)), owner(std::move(owner_identity)) {}
   const std::string id;
+  // Who made the Generate (rpc::CallerIdentity: its API key, its TLS identity): only that
+  // caller's Abort finds the request.
+  const std::string owner;
   absl::Mutex mu;
   grpc::ServerContext* server_context ABSL_GUARDED_BY(mu) = nullptr;  // null once the call ends
   grpc::ClientContext* worker_call ABSL_GUARDED_BY(mu) = nullptr;     // the worker call under way
@@ -179,8 +190,6 @@ RouterService::RouterService(const RouterOptions& options, std::unique_ptr<Token
       registry_(ServedModel{model_id_, limits.context_length, limits.vocab_size, limits.num_layers},
                 RegistryOptions{options.worker_timeout, options.heartbeat_interval,
                                 options.policy}) {
-  std::random_device random;
-  id_prefix_ = (static_cast<uint64_t>(random()) << 32) ^ random();
   if (!options.discover_workers.empty()) {
     DiscoveryOptions discovery;
     discovery.targets = options.discover_workers;
@@ -225,9 +234,7 @@ bool RouterService::Ready() {
          !registry_.Live(estuary::v1::WORKER_ROLE_DECODE, absl::Now()).empty();
 }
 
-std::string RouterService::NewRequestId() {
-  return absl::StrFormat("req-%012x-%d", id_prefix_ & 0xffffffffffffull, next_id_.fetch_add(1));
-}
+std::string RouterService::NewRequestId() { return NewUnguessableRequestId(); }
 
 std::shared_ptr<grpc::Channel> RouterService::Channel(const std::string& address) {
   absl::MutexLock lock(&channels_mu_);
@@ -338,7 +345,7 @@ grpc::Status RouterService::Generate(grpc::ServerContext* context,
   }
   const std::string id = request.request_id().empty() ? NewRequestId() : request.request_id();
 
-  auto active = std::make_shared<Active>(id);
+  auto active = std::make_shared<Active>(id, rpc::CallerIdentity(context));
   attempt.same_prompt_as = request.same_prompt_as();
   {
     absl::MutexLock lock(&active->mu);
@@ -640,6 +647,10 @@ grpc::Status RouterService::Inference::Abort(grpc::ServerContext* context,
     auto it = router_.active_.find(request->request_id());
     if (it != router_.active_.end()) active = it->second;
   }
+  // Only the caller that made the request may abort it; to anyone else the id does not exist.
+  if (active != nullptr && !rpc::SameCaller(active->owner, rpc::CallerIdentity(context))) {
+    active = nullptr;
+  }
   response->set_found(active != nullptr);
   if (active != nullptr) {
     ESTUARY_LOG(INFO) << "request " << active->id << ": aborted by an Abort call";
@@ -699,8 +710,10 @@ void RouterService::UpdateClusterLoad(absl::Time now) {
 grpc::Status RouterService::Registry::Register(grpc::ServerContext* context,
                                                const estuary::v1::RegisterRequest* request,
                                                estuary::v1::RegisterResponse* response) {
+  if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
   const absl::Time now = absl::Now();
-  const absl::Status status = router_.registry_.Register(request->info(), request->load(), now);
+  const absl::Status status =
+      router_.registry_.Register(request->info(), request->load(), now, PeerIdentityOf(context));
   router_.UpdateClusterLoad(now);
   if (!status.ok()) {
     ESTUARY_LOG(WARNING) << "refused worker '" << request->info().worker_id() << "' at "
@@ -715,8 +728,10 @@ grpc::Status RouterService::Registry::Register(grpc::ServerContext* context,
 grpc::Status RouterService::Registry::Heartbeat(grpc::ServerContext* context,
                                                 const estuary::v1::HeartbeatRequest* request,
                                                 estuary::v1::HeartbeatResponse* response) {
+  if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
   const absl::Time now = absl::Now();
-  response->set_known(router_.registry_.Heartbeat(request->worker_id(), request->load(), now));
+  response->set_known(router_.registry_.Heartbeat(request->worker_id(), request->load(), now,
+                                                  PeerIdentityOf(context)));
   router_.UpdateClusterLoad(now);
   return grpc::Status::OK;
 }
@@ -724,7 +739,9 @@ grpc::Status RouterService::Registry::Heartbeat(grpc::ServerContext* context,
 grpc::Status RouterService::Registry::Unregister(grpc::ServerContext* context,
                                                  const estuary::v1::UnregisterRequest* request,
                                                  estuary::v1::UnregisterResponse* response) {
-  return ToGrpcStatus(router_.registry_.Unregister(request->worker_id()));
+  if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
+  return ToGrpcStatus(
+      router_.registry_.Unregister(request->worker_id(), PeerIdentityOf(context)));
 }
 
 }  // namespace estuary::router

@@ -10,13 +10,16 @@
 //     prompt while no compatible prefill worker is registered). It relays the tokens as Chunks
 //     (token ids, UTF-8-safe text deltas, exit layers), applies stop strings on the text, and
 //     ends with one Complete (finish reason, usage, timings). The client's deadline goes to the
-//     workers; a client that goes away, or an Abort by request id, aborts the request on both
-//     workers. A worker that answers UNAVAILABLE is dropped from the registry, and the request
+//     workers; a client that goes away, or an Abort by request id from the caller that made
+//     the request (its API key and TLS identity; to anyone else the id does not exist), aborts
+//     the request on both workers. Ids the router makes are unguessable (request_ids.h). A worker that answers UNAVAILABLE is dropped from the registry, and the request
 //     is tried again on another pair while nothing has been streamed yet; so is one refused
 //     by a full worker (RESOURCE_EXHAUSTED), which stays registered.
 //     Abort, ListModels, GetModelInfo as in inference.proto.
 //   - estuary.v1.WorkerRegistry (registry_service()): Register / Heartbeat / Unregister into a
-//     WorkerRegistry (worker_registry.h). Workers found by name (--discover-workers) are probed
+//     WorkerRegistry (worker_registry.h); each call needs the cluster token when one is
+//     configured (rpc/cluster_security.h), and under mutual TLS a live worker's id stays with
+//     its certificate's identity. Which port serves it: router_doors.h. Workers found by name (--discover-workers) are probed
 //     into the same registry by a WorkerDiscovery (worker_discovery.h).
 //
 // Thread-safety: every RPC may run concurrently on gRPC's threads (one per call).
@@ -137,7 +140,7 @@ class RouterService {
   void AbortOnWorkers(const std::string& request_id, const std::string& decode_address,
                       const std::string& prefill_address);
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);
-  std::string NewRequestId();
+  std::string NewRequestId();  // unguessable (request_ids.h)
   // Watches the live requests' clients; runs on watchdog_.
   void Watch();
   // The cluster-wide gauges of metrics_ from the live decode workers' loads (on heartbeats).
@@ -156,8 +159,6 @@ class RouterService {
 
   Admission admission_{options_.max_concurrent_streams, options_.max_queued_requests};
   std::atomic<bool> draining_{false};
-  std::atomic<uint64_t> next_id_{0};
-  uint64_t id_prefix_ = 0;
 
   absl::Mutex channels_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_

@@ -102,7 +102,7 @@ WorkerRegistry::WorkerRegistry(const ServedModel& model, const RegistryOptions& 
     : model_(model), options_(options) {}
 
 absl::Status WorkerRegistry::Register(const WorkerInfo& info, const estuary::v1::WorkerLoad& load,
-                                      absl::Time now) {
+                                      absl::Time now, const std::string& identity) {
   if (info.worker_id().empty()) return absl::InvalidArgumentError("worker_id is empty");
   if (info.role() != estuary::v1::WORKER_ROLE_PREFILL &&
       info.role() != estuary::v1::WORKER_ROLE_DECODE) {
@@ -142,16 +142,19 @@ absl::Status WorkerRegistry::Register(const WorkerInfo& info, const estuary::v1:
   }
   absl::MutexLock lock(&mu_);
   ExpireLocked(now);
-  // A live worker keeps its id: a registration from elsewhere (another address or role) cannot
-  // take it over and redirect its prompts. It may come back once dropped or unregistered.
+  // A live worker keeps its id: a registration from elsewhere (another address, role or
+  // certificate identity) cannot take it over and redirect its prompts. It may come back once
+  // dropped or unregistered.
   if (auto live = workers_.find(info.worker_id()); live != workers_.end()) {
     const WorkerInfo& known = live->second->info;
-    if (known.address() != info.address() || known.role() != info.role()) {
+    if (known.address() != info.address() || known.role() != info.role() ||
+        live->second->identity != identity) {
       return absl::AlreadyExistsError(absl::StrCat(
           "worker id '", info.worker_id(), "' is registered and live as a ",
           RoleName(known.role()), " worker at ", known.address(), "; a registration from ",
-          info.address(), " cannot take it over (unregister it, or wait for it to miss its "
-          "heartbeats)"));
+          info.address(),
+          live->second->identity != identity ? " under another certificate identity" : "",
+          " cannot take it over (unregister it, or wait for it to miss its heartbeats)"));
     }
   }
   auto [it, inserted] = workers_.try_emplace(info.worker_id());
@@ -164,17 +167,18 @@ absl::Status WorkerRegistry::Register(const WorkerInfo& info, const estuary::v1:
   }
   Entry& entry = *it->second;
   entry.info = info;
+  entry.identity = identity;
   entry.load = load;
   entry.last_seen = now;
   return absl::OkStatus();
 }
 
 bool WorkerRegistry::Heartbeat(const std::string& worker_id, const estuary::v1::WorkerLoad& load,
-                               absl::Time now) {
+                               absl::Time now, const std::string& identity) {
   absl::MutexLock lock(&mu_);
   ExpireLocked(now);
   auto it = workers_.find(worker_id);
-  if (it == workers_.end()) return false;
+  if (it == workers_.end() || it->second->identity != identity) return false;
   it->second->load = load;
   it->second->last_seen = now;
   return true;
@@ -191,10 +195,10 @@ bool WorkerRegistry::MarkDead(const std::string& worker_id) {
   return true;
 }
 
-absl::Status WorkerRegistry::Unregister(const std::string& worker_id) {
+absl::Status WorkerRegistry::Unregister(const std::string& worker_id, const std::string& identity) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
-  if (it == workers_.end()) {
+  if (it == workers_.end() || it->second->identity != identity) {
     return absl::NotFoundError(absl::StrCat("no registered worker '", worker_id, "'"));
   }
   ESTUARY_LOG(INFO) << RoleName(it->second->info.role()) << " worker " << worker_id << " at "

@@ -83,17 +83,22 @@ class WorkerRegistry {
  public:
   WorkerRegistry(const ServedModel& model, const RegistryOptions& options);
 
-  // Adds a worker, or refreshes one (same worker_id, address and role: new info, in-flight
-  // counts kept). ALREADY_EXISTS when the id is live at another address or in another role.
-  // INVALID_ARGUMENT for a malformed WorkerInfo, FAILED_PRECONDITION for another model.
+  // Adds a worker, or refreshes one (same worker_id, address, role and identity: new info,
+  // in-flight counts kept). ALREADY_EXISTS when the id is live at another address, in another
+  // role or under another identity. INVALID_ARGUMENT for a malformed WorkerInfo,
+  // FAILED_PRECONDITION for another model. `identity`: who registers (under mutual TLS the
+  // worker's certificate identity, rpc/caller_identity.h; "" without): a live worker's id, and
+  // its heartbeats and unregistration, stay with the identity that registered it.
   absl::Status Register(const estuary::v1::WorkerInfo& info, const estuary::v1::WorkerLoad& load,
-                        absl::Time now);
-  // False when the worker is unknown (never registered, expired or marked dead).
-  bool Heartbeat(const std::string& worker_id, const estuary::v1::WorkerLoad& load, absl::Time now);
+                        absl::Time now, const std::string& identity = "");
+  // False when the worker is unknown (never registered, expired or marked dead) or registered
+  // under another identity.
+  bool Heartbeat(const std::string& worker_id, const estuary::v1::WorkerLoad& load, absl::Time now,
+                 const std::string& identity = "");
   // Drops the worker at once (its RPC failed with UNAVAILABLE). True when it was known.
   bool MarkDead(const std::string& worker_id);
-  // The worker leaves (it drains). NOT_FOUND when it is not registered.
-  absl::Status Unregister(const std::string& worker_id);
+  // The worker leaves (it drains). NOT_FOUND when it is not registered (or not under `identity`).
+  absl::Status Unregister(const std::string& worker_id, const std::string& identity = "");
 
   // Live workers of `role` that are ready (load.not_ready unset; expired ones are dropped
   // first), in registration order. Placement only ever sees these.
@@ -118,6 +123,7 @@ class WorkerRegistry {
  private:
   struct Entry {
     estuary::v1::WorkerInfo info;
+    std::string identity;  // who registered it (Register's `identity`)
     estuary::v1::WorkerLoad load;
     absl::Time last_seen;
     int64_t order = 0;  // registration order (re-registration keeps it)

@@ -131,6 +131,22 @@ TEST(WorkerRegistryTest, ALiveWorkersIdCannotBeTakenOver) {
   EXPECT_TRUE(registry.Register(impostor, {}, kT0 + absl::Seconds(6)).ok());
 }
 
+// Under mutual TLS the registering certificate's identity holds the id too: another identity
+// cannot take it over from the same address, nor heartbeat or unregister it.
+TEST(WorkerRegistryTest, ALiveWorkersIdStaysWithItsCertificateIdentity) {
+  WorkerRegistry registry(Model(), RegistryOptions{});
+  ASSERT_TRUE(registry.Register(Decode("d1"), {}, kT0, "estuary-decode-0").ok());
+  const absl::Status taken =
+      registry.Register(Decode("d1"), {}, kT0 + absl::Seconds(1), "estuary-other");
+  EXPECT_EQ(taken.code(), absl::StatusCode::kAlreadyExists) << taken;
+  EXPECT_NE(taken.message().find("another certificate identity"), absl::string_view::npos)
+      << taken;
+  EXPECT_FALSE(registry.Heartbeat("d1", Running(1), kT0 + absl::Seconds(1), "estuary-other"));
+  EXPECT_EQ(registry.Unregister("d1", "estuary-other").code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry.Heartbeat("d1", Running(1), kT0 + absl::Seconds(1), "estuary-decode-0"));
+  EXPECT_TRUE(registry.Unregister("d1", "estuary-decode-0").ok());
+}
+
 TEST(WorkerRegistryTest, MarkDeadDropsAtOnce) {
   WorkerRegistry registry(Model(), RegistryOptions());
   ASSERT_TRUE(registry.Register(Decode("d1"), {}, kT0).ok());

@@ -6,40 +6,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "rpc/metadata_interceptor.h"
 
 namespace estuary::rpc {
 namespace {
 
 constexpr char kAuthorization[] = "authorization";  // gRPC metadata keys are lower case
-
-class ApiKeyInterceptor final : public grpc::experimental::Interceptor {
- public:
-  explicit ApiKeyInterceptor(const std::string& value) : value_(value) {}
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(
-            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
-      methods->GetSendInitialMetadata()->insert({kAuthorization, value_});
-    }
-    methods->Proceed();
-  }
-
- private:
-  const std::string& value_;
-};
-
-class ApiKeyInterceptorFactoryImpl final
-    : public grpc::experimental::ClientInterceptorFactoryInterface {
- public:
-  explicit ApiKeyInterceptorFactoryImpl(const std::string& key)
-      : value_(absl::StrCat("Bearer ", key)) {}
-  grpc::experimental::Interceptor* CreateClientInterceptor(
-      grpc::experimental::ClientRpcInfo*) override {
-    return new ApiKeyInterceptor(value_);
-  }
-
- private:
-  const std::string value_;
-};
 
 }  // namespace
 
@@ -94,7 +66,7 @@ void AttachApiKey(grpc::ClientContext& context, const std::string& key) {
 
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface> ApiKeyInterceptorFactory(
     const std::string& key) {
-  return std::make_unique<ApiKeyInterceptorFactoryImpl>(key);
+  return MetadataInterceptorFactory(kAuthorization, absl::StrCat("Bearer ", key));
 }
 
 }  // namespace estuary::rpc

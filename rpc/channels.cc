@@ -1,5 +1,7 @@
 #include "rpc/channels.h"
 
+#include "rpc/cluster_security.h"
+
 namespace estuary::rpc {
 namespace {
 
@@ -17,7 +19,9 @@ std::shared_ptr<grpc::Channel> CreateClusterChannel(const std::string& address) 
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetMaxReceiveMessageSize(kMaxClusterMessageBytes);
   args.SetMaxSendMessageSize(kMaxClusterMessageBytes);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  // Mutual TLS and the cluster token when this process configured them (cluster_security.h).
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      address, ClusterChannelCredentials(), args, ClusterInterceptors());
 }
 
 void ApplyServerKeepalive(grpc::ServerBuilder& builder) {

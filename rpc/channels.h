@@ -20,7 +20,8 @@ inline constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(2);
 // request of a whole context's prompt ids is well under 1 MiB). Servers: rpc/grpc_server.h.
 inline constexpr int kMaxClusterMessageBytes = 16 << 20;
 
-// An insecure channel to `address` with the keepalive policy and message limit above.
+// A channel to `address` with the keepalive policy and message limit above, and the cluster's
+// credentials (rpc/cluster_security.h: mutual TLS and the cluster token, when configured).
 std::shared_ptr<grpc::Channel> CreateClusterChannel(const std::string& address);
 
 // Keepalive on a server: pings its clients, and accepts their pings at kKeepaliveTime.

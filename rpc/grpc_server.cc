@@ -4,6 +4,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "rpc/channels.h"
+#include "rpc/cluster_security.h"
 
 namespace estuary::rpc {
 
@@ -23,7 +24,8 @@ void ServingHealth::SetReady(bool ready) {
 
 absl::StatusOr<RunningServer> StartGrpcServer(const std::string& host, int port,
                                               const std::vector<grpc::Service*>& services,
-                                              const ServerLimits& limits) {
+                                              const ServerLimits& limits,
+                                              std::shared_ptr<grpc::ServerCredentials> credentials) {
   if (limits.max_message_bytes < 1 || limits.max_threads < 1 ||
       limits.max_streams_per_connection < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -35,8 +37,8 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& host, int port,
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   RunningServer running;
-  builder.AddListeningPort(absl::StrCat(host, ":", port), grpc::InsecureServerCredentials(),
-                           &running.port);
+  if (credentials == nullptr) credentials = ClusterServerCredentials();
+  builder.AddListeningPort(absl::StrCat(host, ":", port), std::move(credentials), &running.port);
   ApplyServerKeepalive(builder);
   builder.SetMaxReceiveMessageSize(limits.max_message_bytes);
   builder.SetMaxSendMessageSize(limits.max_message_bytes);

@@ -64,8 +64,12 @@ struct RunningServer {
 };
 
 // UNAVAILABLE when the port cannot be bound; INVALID_ARGUMENT for a limit below 1.
-absl::StatusOr<RunningServer> StartGrpcServer(const std::string& host, int port,
-                                              const std::vector<grpc::Service*>& services,
-                                              const ServerLimits& limits = {});
+// `credentials`: null for an internal port of the cluster (ClusterServerCredentials: mutual TLS
+// when this process configured it, rpc/cluster_security.h); the router's client port passes its
+// own (rpc/client_tls.h).
+absl::StatusOr<RunningServer> StartGrpcServer(
+    const std::string& host, int port, const std::vector<grpc::Service*>& services,
+    const ServerLimits& limits = {},
+    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
 }  // namespace estuary::rpc

@@ -9,7 +9,7 @@ packages=(
   libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libucx-dev ucx-utils
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev libhwy-dev libpcre2-dev nlohmann-json3-dev libcpp-httplib-dev
+  libopenblas-dev libhwy-dev libpcre2-dev nlohmann-json3-dev libcpp-httplib-dev libssl-dev
   clang libclang-rt-dev
   "$@"
 )

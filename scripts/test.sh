@@ -17,8 +17,9 @@ python3 scripts/check_layering.py
 bash scripts/build.sh
 phase_done "build/"
 # What only tests need: python3-yaml and iproute2 (the pods-as-written and multi-node tests);
-# node with npm where the machine has none (the manifests' schema check, deploy/validate).
-test_packages=(python3-yaml iproute2 python3-prometheus-client)
+# openssl (the security tests make their CA and certificates at test time); node with npm where
+# the machine has none (the manifests' schema check, deploy/validate).
+test_packages=(python3-yaml iproute2 python3-prometheus-client openssl)
 command -v node > /dev/null || test_packages+=(nodejs npm)
 bash scripts/install_deps.sh "${test_packages[@]}"
 

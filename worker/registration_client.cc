@@ -21,7 +21,8 @@ std::chrono::system_clock::time_point DeadlineIn(std::chrono::milliseconds timeo
 bool Refused(grpc::StatusCode code) {
   return code == grpc::StatusCode::INVALID_ARGUMENT ||
          code == grpc::StatusCode::FAILED_PRECONDITION ||
-         code == grpc::StatusCode::UNIMPLEMENTED || code == grpc::StatusCode::PERMISSION_DENIED;
+         code == grpc::StatusCode::UNIMPLEMENTED || code == grpc::StatusCode::PERMISSION_DENIED ||
+         code == grpc::StatusCode::UNAUTHENTICATED;  // no or another cluster token
 }
 
 }  // namespace

@@ -18,7 +18,8 @@
 // heartbeat with fresh load figures every interval the router asked for, and registers again
 // when the router answers `known = false` (it forgot the worker: expiry, a restart, or an
 // UNAVAILABLE seen by the router). A router that refuses the worker (a wrong model, a malformed
-// WorkerInfo) is logged and retried with backoff, never fatal to the worker.
+// WorkerInfo, no or another cluster token) is logged and retried with backoff, never fatal to
+// the worker. Its calls carry the cluster's credentials (rpc/cluster_security.h).
 //
 // Depends on worker_proto, rpc (channels), gRPC and core/common (logging) only.
 

@@ -266,7 +266,7 @@ OpenAiServer::~OpenAiServer() { Stop(); }
 
 absl::Status OpenAiServer::Start() {
   if (server_ != nullptr) return absl::FailedPreconditionError("the HTTP server already runs");
-  auto server = std::make_unique<httplib::Server>();
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<httplib::Server> server, rpc::NewHttpServer(options_.tls));
   const size_t threads = static_cast<size_t>(options_.max_concurrent_requests) + kSpareThreads;
   server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server->set_payload_max_length(options_.max_body_bytes);

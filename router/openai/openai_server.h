@@ -33,6 +33,7 @@
 #include "core/tokenizer/tokenizer.h"
 #include "estuary/v1/inference.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "rpc/https_server.h"
 
 namespace httplib {
 class Server;
@@ -58,6 +59,9 @@ struct OpenAiServerOptions {
   absl::Duration read_timeout = absl::Seconds(30);
   absl::Duration write_timeout = absl::Seconds(30);
   absl::Duration request_timeout = absl::Minutes(10);
+  // --ssl-certfile / --ssl-keyfile: HTTPS (rpc/https_server.h; re-read when they change);
+  // empty: plain HTTP.
+  rpc::HttpsFiles tls;
 };
 
 class OpenAiServer {
@@ -74,7 +78,8 @@ class OpenAiServer {
   OpenAiServer(const OpenAiServer&) = delete;
   OpenAiServer& operator=(const OpenAiServer&) = delete;
 
-  // Binds and serves; UNAVAILABLE when the port cannot be bound.
+  // Binds and serves; UNAVAILABLE when the port cannot be bound, INVALID_ARGUMENT when the TLS
+  // files do not load.
   absl::Status Start();
   // Stops accepting and ends the connections (idempotent; the destructor calls it).
   void Stop();

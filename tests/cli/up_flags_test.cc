@@ -6,7 +6,8 @@
 //     serves with it; its HTTP port answers 401 in OpenAI's error shape without the header,
 //     keeps /health and /metrics open, and serves with it;
 //   - --max-model-len is enforced (INVALID_ARGUMENT / HTTP 400 naming the limit);
-//   - `estuary client --api-key` gets an answer, and without the key a refusal.
+//   - `estuary client --api-key` gets an answer, and without the key a refusal;
+//   - --cluster-token reaches every process: the workers' ports refuse a call without it.
 // One cluster of the in-repository stories260K (loads in milliseconds) for the whole file.
 #include <signal.h>
 
@@ -36,6 +37,7 @@ using ::estuary::testing::BinaryPath;
 
 constexpr char kModel[] = "models/stories260K";
 constexpr char kKey[] = "sk-test-0123456789";
+constexpr char kClusterToken[] = "up-flags-cluster-token-0123";
 constexpr char kServedName[] = "tiny-stories";
 constexpr int kMaxModelLen = 64;
 
@@ -59,7 +61,8 @@ class UpFlagsTest : public ::testing::Test {
          "--decode", "1", "--ready-file", ready, "--log-dir", *log_dir_, "--shutdown-timeout",
          "2s", "--api-key", kKey, "--served-model-name", kServedName, "--max-model-len",
          std::to_string(kMaxModelLen), "--max-num-seqs", "8", "--kv-cache-memory", "4MiB",
-         "--metrics-port", "0", "--http-port", std::to_string(http_port_)},
+         "--metrics-port", "0", "--http-port", std::to_string(http_port_), "--cluster-token",
+         kClusterToken},
         testing::TempPath("up-flags.log"));
     ASSERT_TRUE(up.ok()) << up.status();
     up_ = up->release();
@@ -150,7 +153,7 @@ TEST_F(UpFlagsTest, WorkerFlagsReachTheWorkers) {
 }
 
 // The workers loaded the model with --max-model-len as its context and say so in GetInfo
-// (what they register with).
+// (what they register with); their ports want the cluster token up gave them (--cluster-token).
 TEST_F(UpFlagsTest, WorkersServeTheCappedContext) {
   for (const char* member : {"decode0", "prefill0"}) {
     SCOPED_TRACE(member);
@@ -162,13 +165,19 @@ TEST_F(UpFlagsTest, WorkersServeTheCappedContext) {
     estuary::v1::WorkerInfo info;
     grpc::ClientContext context;
     const bool decode = std::string(member) == "decode0";
-    const grpc::Status status =
-        decode ? estuary::v1::DecodeWorker::NewStub(channel)->GetInfo(Context(context, ""), {},
-                                                                       &info)
-               : estuary::v1::PrefillWorker::NewStub(channel)->GetInfo(Context(context, ""), {},
-                                                                        &info);
+    auto get_info = [&](const char* token) {
+      grpc::ClientContext context;
+      if (token != nullptr) context.AddMetadata("x-estuary-cluster-token", token);
+      return decode ? estuary::v1::DecodeWorker::NewStub(channel)->GetInfo(Context(context, ""),
+                                                                            {}, &info)
+                    : estuary::v1::PrefillWorker::NewStub(channel)->GetInfo(Context(context, ""),
+                                                                             {}, &info);
+    };
+    EXPECT_EQ(get_info(nullptr).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    const grpc::Status status = get_info(kClusterToken);
     ASSERT_TRUE(status.ok()) << status.error_message();
     EXPECT_EQ(info.context_length(), kMaxModelLen);
+    EXPECT_NE(log.find("cluster: token required"), std::string::npos) << log;
   }
 }
 

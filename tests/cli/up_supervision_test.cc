@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -15,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "core/common/child_process.h"
 #include "estuary/v1/inference.grpc.pb.h"
+#include "estuary/v1/worker.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster.h"
@@ -71,6 +73,20 @@ TEST(UpSupervisionTest, AKilledWorkerIsRestartedWhileTheOthersKeepServing) {
   auto stub = estuary::v1::Inference::NewStub(
       grpc::CreateChannel(*router, grpc::InsecureChannelCredentials()));
   ASSERT_TRUE(Serves(*stub));
+  // Without --cluster-token, up drew a random one: a worker's port refuses a call without it.
+  {
+    std::smatch match;
+    const std::string log = ReadFile(fs::path(logs) / "decode0.log");
+    ASSERT_TRUE(std::regex_search(log, match, std::regex("worker serving on ([0-9.:]+),"))) << log;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    estuary::v1::WorkerInfo info;
+    const grpc::Status status =
+        estuary::v1::DecodeWorker::NewStub(
+            grpc::CreateChannel(match[1].str(), grpc::InsecureChannelCredentials()))
+            ->GetInfo(&context, {}, &info);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << status.error_message();
+  }
 
   const std::set<pid_t> before = ChildrenRunning((*up)->pid(), "estuary-decode");
   ASSERT_EQ(before.size(), 2u) << (*up)->Log();

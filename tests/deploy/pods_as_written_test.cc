@@ -1,18 +1,21 @@
-// The cpu-dev manifests, run as written (deploy/overlays/cpu-dev): the test renders them with
+// The cpu-dev manifests, run as written (deploy/overlays/cpu-dev, and cpu-dev-mtls: the same
+// with components/mtls): the test renders them with
 // `kubectl kustomize`, and for every replica of every Deployment makes a pod: its own network
 // namespace and address (tests/multinode/network_hosts.h), the container's command and args
 // exactly as the manifest gives them, exactly its env (POD_IP from the downward API = the pod's
-// address), its volumes mounted at their mountPaths (ConfigMaps as files, emptyDirs), as its
-// runAsUser. The image's content comes from this build: its binaries on PATH, the shipped model
-// at /opt/estuary/models. Service names resolve to the pods their selectors pick (the nodes'
-// hosts file). Each pod is probed as the kubelet would (startup, then readiness and liveness:
-// the probe's own port and gRPC service), then requests go through the router Service's port
-// and must return the golden ids. Last, each pod's preStop runs and SIGTERM must end it with
-// status 0 within terminationGracePeriodSeconds.
+// address; Secret values, the cluster token), its volumes mounted at their mountPaths
+// (ConfigMaps and Secrets as files, emptyDirs), as its runAsUser. The image's content comes
+// from this build: its binaries on PATH, the shipped model at /opt/estuary/models. The Secret
+// estuary-cluster-tls, which an operator makes, is made here with openssl. Service names
+// resolve to the pods their selectors pick (the nodes' hosts file). Each pod is probed as the
+// kubelet would (startup, then readiness and liveness: the probe's own port and gRPC service,
+// or its HTTP path), then requests go through the router Service's port and must return the
+// golden ids. Last, each pod's preStop runs and SIGTERM must end it with status 0 within
+// terminationGracePeriodSeconds.
 //
 // Pods get no default route here, so a worker's advertised address can only come from POD_IP:
 // a manifest without it fails. A wrong flag, port, probe port or probe service fails too.
-// Skips, saying why, without kubectl, python3-yaml or network namespaces.
+// Skips, saying why, without kubectl, python3-yaml, openssl (mtls) or network namespaces.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -21,14 +24,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -55,12 +61,12 @@ using ::estuary::testing::RunProcess;
 
 const char kKubectl[] = "/usr/bin/kubectl";
 const char kPython[] = "/usr/bin/python3";
-const char kOverlay[] = "deploy/overlays/cpu-dev";
+const char kOpenssl[] = "/usr/bin/openssl";
 
 // The rendered manifests as JSON objects; a skip reason when the tools are missing.
-absl::StatusOr<std::vector<json>> Render(const fs::path& work) {
+absl::StatusOr<std::vector<json>> Render(const fs::path& work, const std::string& overlay) {
   if (::access(kKubectl, X_OK) != 0) return absl::FailedPreconditionError("no kubectl");
-  absl::StatusOr<testing::ProcessResult> rendered = RunProcess({kKubectl, "kustomize", kOverlay});
+  absl::StatusOr<testing::ProcessResult> rendered = RunProcess({kKubectl, "kustomize", overlay});
   if (!rendered.ok()) return rendered.status();
   if (rendered->exit_code != 0) return absl::InternalError("kubectl kustomize: " + rendered->err);
   const fs::path yaml = work / "rendered.yaml";
@@ -101,7 +107,8 @@ bool Selects(const json& selector, const json& labels) {
 
 struct Probe {
   int port = 0;
-  std::string service;
+  std::string service;    // gRPC health service (a grpc probe)
+  std::string http_path;  // an httpGet probe's path; empty for a grpc probe
   int period_seconds = 10;
   int failure_threshold = 3;
 };
@@ -114,7 +121,7 @@ struct Pod {
   std::vector<std::unique_ptr<ChildProcess>> containers;
 };
 
-class PodsAsWrittenTest : public ::testing::Test {
+class PodsAsWrittenTest : public ::testing::TestWithParam<const char*> {
  protected:
   void TearDown() override {
     pods_.clear();  // kills what is left
@@ -137,12 +144,52 @@ class PodsAsWrittenTest : public ::testing::Test {
   static Probe ProbeOf(const json& container, const char* kind) {
     Probe probe;
     const json& p = container.at(kind);
-    EXPECT_TRUE(p.contains("grpc")) << kind << " of " << container["name"] << " is not a gRPC probe";
-    probe.port = PortOf(container, p["grpc"]["port"]);
-    probe.service = p["grpc"].value("service", "");
+    if (p.contains("httpGet")) {
+      probe.port = PortOf(container, p["httpGet"]["port"]);
+      probe.http_path = p["httpGet"].value("path", "/");
+    } else {
+      EXPECT_TRUE(p.contains("grpc")) << kind << " of " << container["name"]
+                                      << " is neither a gRPC nor an httpGet probe";
+      probe.port = PortOf(container, p["grpc"]["port"]);
+      probe.service = p["grpc"].value("service", "");
+    }
     probe.period_seconds = p.value("periodSeconds", 10);
     probe.failure_threshold = p.value("failureThreshold", 3);
     return probe;
+  }
+
+  // secrets_["estuary-cluster-tls"]: a CA and one certificate for every pod (ca.crt, tls.crt,
+  // tls.key), as deploy/README.md ("Security") makes them.
+  absl::Status MakeClusterTlsSecret() {
+    if (::access(kOpenssl, X_OK) != 0) return absl::FailedPreconditionError("no openssl");
+    const fs::path dir = work_ / "pki";
+    fs::create_directories(dir);
+    const std::string d = dir.string();
+    std::ofstream(dir / "node.ext") << "subjectAltName=DNS:estuary-cluster\n"
+                                       "extendedKeyUsage=serverAuth,clientAuth\n";
+    for (const std::vector<std::string>& step :
+         {std::vector<std::string>{kOpenssl, "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                                   "ec_paramgen_curve:P-256", "-nodes", "-keyout", d + "/ca.key",
+                                   "-out", d + "/ca.crt", "-days", "2", "-subj", "/CN=ca"},
+          std::vector<std::string>{kOpenssl, "req", "-newkey", "ec", "-pkeyopt",
+                                   "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                                   d + "/tls.key", "-out", d + "/tls.csr", "-subj",
+                                   "/CN=estuary-cluster"},
+          std::vector<std::string>{kOpenssl, "x509", "-req", "-in", d + "/tls.csr", "-CA",
+                                   d + "/ca.crt", "-CAkey", d + "/ca.key", "-CAcreateserial",
+                                   "-out", d + "/tls.crt", "-days", "2", "-extfile",
+                                   d + "/node.ext"}}) {
+      absl::StatusOr<testing::ProcessResult> ran = RunProcess(step, absl::Seconds(30));
+      if (!ran.ok()) return ran.status();
+      if (ran->exit_code != 0) return absl::InternalError("openssl: " + ran->err);
+    }
+    for (const char* file : {"ca.crt", "tls.crt", "tls.key"}) {
+      std::ifstream in(dir / file);
+      std::stringstream content;
+      content << in.rdbuf();
+      secrets_["estuary-cluster-tls"][file] = content.str();
+    }
+    return absl::OkStatus();
   }
 
   // Makes a directory the manifests mount over, if the host lacks it (removed at the end).
@@ -157,6 +204,18 @@ class PodsAsWrittenTest : public ::testing::Test {
     }
   }
 
+  // One probe as the kubelet sends it: gRPC health SERVING, or an HTTP GET answering 200.
+  static bool ProbePasses(const std::string& address, const Probe& probe) {
+    if (!probe.http_path.empty()) {
+      httplib::Client client(address, probe.port);
+      client.set_connection_timeout(1);
+      const httplib::Result got = client.Get(probe.http_path.c_str());
+      return got && got->status == 200;
+    }
+    return testing::CheckHealth(absl::StrCat(address, ":", probe.port), probe.service)
+               .value_or(testing::kNotServing) == testing::kServing;
+  }
+
   // Polls a probe until it answers SERVING, for at most `bound` (capped at kLongestWaitHere);
   // fails at once, with the container's log, if the container has exited.
   void WaitServing(ChildProcess& container, const std::string& what, const std::string& address,
@@ -164,8 +223,7 @@ class PodsAsWrittenTest : public ::testing::Test {
     const absl::Time deadline = absl::Now() + std::min(bound, kLongestWaitHere);
     const std::string target = absl::StrCat(address, ":", probe.port);
     while (true) {
-      if (testing::CheckHealth(target, probe.service).value_or(testing::kNotServing) ==
-          testing::kServing) {
+      if (ProbePasses(address, probe)) {
         return;
       }
       absl::StatusOr<int> exited = container.Wait(absl::ZeroDuration());
@@ -194,8 +252,22 @@ class PodsAsWrittenTest : public ::testing::Test {
         }
       } else if (v.contains("emptyDir")) {
         fs::permissions(dir, fs::perms::all | fs::perms::sticky_bit);
+      } else if (v.contains("secret")) {
+        // As the kubelet writes a Secret: a file per key, defaultMode, group fsGroup.
+        const std::string name = v["secret"]["secretName"];
+        EXPECT_TRUE(secrets_.count(name)) << "no Secret " << name;
+        const int mode = v["secret"].value("defaultMode", 0644);
+        const json security = pod.spec.value("securityContext", json::object());
+        for (const auto& [file, content] : secrets_[name]) {
+          const fs::path path = dir / file;
+          std::ofstream(path) << content;
+          fs::permissions(path, static_cast<fs::perms>(mode));
+          if (security.contains("fsGroup")) {
+            EXPECT_EQ(::chown(path.c_str(), 0, security["fsGroup"].get<int>()), 0) << path;
+          }
+        }
       } else {
-        ADD_FAILURE() << "volume " << v["name"] << ": only configMap and emptyDir run here";
+        ADD_FAILURE() << "volume " << v["name"] << ": only configMap, secret and emptyDir run here";
       }
       volumes[v["name"]] = dir;
     }
@@ -215,11 +287,19 @@ class PodsAsWrittenTest : public ::testing::Test {
       std::string value;
       if (e.contains("value")) {
         value = e["value"];
-      } else if (e.contains("valueFrom") &&
+      } else if (e.contains("valueFrom") && e["valueFrom"].contains("fieldRef") &&
                  e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP") {
         value = hosts_->address(pod.name);
+      } else if (e.contains("valueFrom") && e["valueFrom"].contains("secretKeyRef")) {
+        // A Secret the manifests render (the cluster token): its key, as the kubelet decodes it.
+        const json& ref = e["valueFrom"]["secretKeyRef"];
+        const std::string name = ref["name"], key = ref["key"];
+        EXPECT_TRUE(secrets_.count(name) && secrets_[name].count(key))
+            << "env " << e["name"] << ": no Secret " << name << " with key " << key;
+        if (secrets_.count(name) && secrets_[name].count(key)) value = secrets_[name][key];
       } else {
-        ADD_FAILURE() << "env " << e["name"] << ": only values and status.podIP run here";
+        ADD_FAILURE() << "env " << e["name"]
+                      << ": only values, status.podIP and rendered Secrets run here";
       }
       argv.insert(argv.end(), {"--env", absl::StrCat(e["name"].get<std::string>(), "=", value)});
     }
@@ -241,12 +321,14 @@ class PodsAsWrittenTest : public ::testing::Test {
   std::unique_ptr<NetworkHosts> hosts_;
   std::vector<Pod> pods_;
   std::map<std::string, json> config_maps_;
+  // name -> key -> content: the rendered Secrets (decoded), and those the test makes.
+  std::map<std::string, std::map<std::string, std::string>> secrets_;
   std::vector<fs::path> made_dirs_;
 };
 
-TEST_F(PodsAsWrittenTest, TheCpuDevOverlayServesTheGoldenIdsAsWritten) {
+TEST_P(PodsAsWrittenTest, TheOverlayServesTheGoldenIdsAsWritten) {
   fs::create_directories(image_bin_);
-  absl::StatusOr<std::vector<json>> objects = Render(work_);
+  absl::StatusOr<std::vector<json>> objects = Render(work_, GetParam());
   if (!objects.ok() && objects.status().code() == absl::StatusCode::kFailedPrecondition) {
     GTEST_SKIP() << objects.status();
   }
@@ -258,8 +340,24 @@ TEST_F(PodsAsWrittenTest, TheCpuDevOverlayServesTheGoldenIdsAsWritten) {
     if (o["kind"] == "Deployment") deployments.push_back(o);
     if (o["kind"] == "Service") services.push_back(o);
     if (o["kind"] == "ConfigMap") config_maps_[o["metadata"]["name"]] = o.value("data", json::object());
+    if (o["kind"] == "Secret") {
+      const json data = o.value("data", json::object());
+      for (const auto& [key, encoded] : data.items()) {
+        std::string base64 = encoded.get<std::string>(), content;
+        base64.erase(std::remove(base64.begin(), base64.end(), '\n'), base64.end());
+        EXPECT_TRUE(absl::Base64Unescape(base64, &content)) << "Secret key " << key;
+        secrets_[o["metadata"]["name"]][key] = content;
+      }
+    }
   }
   ASSERT_FALSE(deployments.empty());
+  // components/mtls mounts the Secret estuary-cluster-tls, which an operator makes (cert-manager,
+  // openssl): made here with openssl as deploy/README.md says.
+  if (std::string(GetParam()).find("mtls") != std::string::npos) {
+    absl::Status made = MakeClusterTlsSecret();
+    if (made.code() == absl::StatusCode::kFailedPrecondition) GTEST_SKIP() << made;
+    ASSERT_TRUE(made.ok()) << made;
+  }
   std::vector<std::string> names;
   for (const json& d : deployments) {
     for (int r = 0; r < d["spec"].value("replicas", 1); ++r) {
@@ -336,11 +434,21 @@ TEST_F(PodsAsWrittenTest, TheCpuDevOverlayServesTheGoldenIdsAsWritten) {
       WaitServing(container, pod.name + " readinessProbe", address, ProbeOf(c, "readinessProbe"),
                   kLongestWaitHere);
       if (HasFatalFailure()) return;
-      const Probe live = ProbeOf(c, "livenessProbe");
-      EXPECT_EQ(testing::CheckHealth(absl::StrCat(address, ":", live.port), live.service)
-                    .value_or(testing::kNotServing),
-                testing::kServing)
-          << pod.name << " livenessProbe";
+      EXPECT_TRUE(ProbePasses(address, ProbeOf(c, "livenessProbe"))) << pod.name << " livenessProbe";
+    }
+  }
+
+  // Under components/mtls a worker's gRPC port takes no client without a certificate: a
+  // plaintext health check (what the kubelet's gRPC probe would send) gets no answer.
+  if (std::string(GetParam()).find("mtls") != std::string::npos) {
+    for (Pod& pod : pods_) {
+      const std::string role = pod.labels.value("app.kubernetes.io/component", "");
+      if (role != "prefill" && role != "decode") continue;
+      const int grpc_port = PortOf(pod.spec["containers"][0], "grpc");
+      EXPECT_FALSE(testing::CheckHealth(absl::StrCat(hosts_->address(pod.name), ":", grpc_port),
+                                        "liveness", absl::Seconds(2))
+                       .ok())
+          << pod.name << ": its gRPC port answered a client without a certificate";
     }
   }
 
@@ -425,6 +533,15 @@ TEST_F(PodsAsWrittenTest, TheCpuDevOverlayServesTheGoldenIdsAsWritten) {
   }
   for (std::thread& t : stops) t.join();
 }
+
+INSTANTIATE_TEST_SUITE_P(Overlays, PodsAsWrittenTest,
+                         ::testing::Values("deploy/overlays/cpu-dev",
+                                           "deploy/overlays/cpu-dev-mtls"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string name = fs::path(info.param).filename().string();
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace estuary
