@@ -74,13 +74,15 @@ PrefillService::PrefillService(kvtransfer::Transport& transport,
     : transport_(transport),
       options_(options),
       fingerprint_(std::move(fingerprint)),
-      endpoints_(transport) {}
+      endpoints_(transport),
+      attach_replies_(transport) {}
 
 PrefillService::~PrefillService() { loop_.reset(); }
 
 absl::Status PrefillService::StepOnce() {
   absl::Status stepped;
   if (!engine_->Idle()) {
+    if (options_.debug_step_delay > absl::ZeroDuration()) absl::SleepFor(options_.debug_step_delay);
     stepped = engine_->Step();
     if (!stepped.ok()) {
       ESTUARY_LOG(WARNING) << "prefill step failed (its requests ended): " << stepped;
@@ -132,9 +134,15 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   const estuary::v1::WorkerRequest& in = request->request();
   const absl::Time deadline = std::min(rpc::DeadlineFromUnixMs(in.deadline_unix_ms()),
                                        start + options_.request_timeout);
+  if (request->transfer().request_id() != in.request_id()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("the transfer descriptor is for request '",
+                                     request->transfer().request_id().substr(0, 256),
+                                     "', not for '", in.request_id().substr(0, 256), "'"));
+  }
   auto pending = std::make_shared<Pending>();
   absl::StatusOr<std::unique_ptr<kvtransfer::KvPusher>> pusher = kvtransfer::KvPusher::Create(
-      transport_, endpoints_, engine_->pool(), request->transfer(), fingerprint_,
+      transport_, endpoints_, attach_replies_, engine_->pool(), request->transfer(), fingerprint_,
       in.prompt_ids_size(), deadline);
   if (!pusher.ok()) {
     PrefillMetrics::Get().transfer_failures.Increment();
@@ -173,19 +181,32 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   }
   loop_->Notify();
 
-  // Wait for the engine's PrefillDone, aborting the prompt if the client goes away.
+  // Wait for the engine's PrefillDone, aborting the prompt if the client goes away or the
+  // reservation's lease ends first (nothing could be written into it any more).
   bool aborted = false;
+  absl::Status lease_ended;
+  const absl::Time write_deadline = pending->pusher->write_deadline();
   absl::ReleasableMutexLock lock(&pending->mu);
   while (!pending->HasDone()) {
-    pending->mu.AwaitWithTimeout(absl::Condition(pending.get(), &Pending::HasDone), kClientPoll);
-    if (!pending->HasDone() && !aborted && (context->IsCancelled() || control_.ending)) {
+    pending->mu.AwaitWithTimeout(
+        absl::Condition(pending.get(), &Pending::HasDone),
+        std::clamp(write_deadline - absl::Now(), absl::Milliseconds(1), kClientPoll));
+    if (pending->HasDone() || aborted) continue;
+    if (absl::Now() >= write_deadline) {
+      lease_ended = absl::DeadlineExceededError(absl::StrCat(
+          "the decode worker's reservation for request '", in.request_id(),
+          "' ended (its lease) before the prompt's KV was pushed"));
+    }
+    if (!lease_ended.ok() || context->IsCancelled() || control_.ending) {
       aborted = true;
       engine_->Abort(in.request_id());
       loop_->Notify();
     }
   }
   PrefillDone& done = *pending->done;
-  absl::Status status = done.status.ok() ? pending->push_error : done.status;
+  absl::Status status = !lease_ended.ok() ? lease_ended
+                        : done.status.ok() ? pending->push_error
+                                           : done.status;
   bool transfer_failed = done.status.ok() && !status.ok();
   const absl::Time computed = std::max(pending->last_layer, start);
   if (status.ok()) {
