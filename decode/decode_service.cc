@@ -93,13 +93,10 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(
       service->engine_,
       DecodeEngine::Create(model, options.engine,
                            [self](const TokenEvent& event) { self->streams_.Push(event); }));
-  // Reservations and fenced pages have time-based work (leases, grace) even when idle.
-  service->loop_ = std::make_unique<StepLoop>(
-      [self] {
-        return !self->engine_->Idle() || self->engine_->reserved() > 0 ||
-               self->engine_->fenced() > 0;
-      },
-      [self] { return self->StepOnce(); });
+  // Reservations and fenced pages only wait (for their writer, lease or grace): the loop's idle
+  // polls (every 10 ms) and the receiver's Notify() step the engine for them, without spinning.
+  service->loop_ = std::make_unique<StepLoop>([self] { return !self->engine_->Idle(); },
+                                              [self] { return self->StepOnce(); });
   ESTUARY_ASSIGN_OR_RETURN(service->receiver_,
                            kvtransfer::KvReceiver::Create(transport, service->engine_->mutable_pool(),
                                                           service->fingerprint_));

@@ -284,6 +284,9 @@ absl::Status KvPusher::PushLayer(int src_rank, int layer, int first_pos, int end
     RecordFailure(attached);
     return attached;
   }
+  // Abort() waits for the puts posted under this lock, and none is posted after it.
+  absl::ReaderMutexLock pushing(&push_mu_);
+  ESTUARY_RETURN_IF_ERROR(Failed());
   for (int i = first_page; i < end_page; ++i) {
     const int32_t local_page = local_pages[static_cast<size_t>(i - first_page)];
     if (local_page < 0 || local_page >= local_pool_.num_pages()) {
@@ -390,6 +393,7 @@ absl::Status KvPusher::Complete(int32_t first_token, absl::Span<const uint8_t> p
 
 absl::Status KvPusher::Abort(const absl::Status& reason) {
   {
+    absl::WriterMutexLock no_more_puts(&push_mu_);
     absl::MutexLock lock(&mu_);
     if (completed_) {
       return absl::FailedPreconditionError(

@@ -33,8 +33,10 @@
 // Complete() or Abort() has returned: puts read them asynchronously until the flush.
 //
 // Threading: PushLayer may be called concurrently for different src ranks (each src rank pushes
-// on its own endpoints) and must be called by one thread at a time per src rank. Complete() and
-// Abort() may be called from any thread once every PushLayer has returned.
+// on its own endpoints) and must be called by one thread at a time per src rank. Complete() may
+// be called from any thread once every PushLayer has returned; Abort() from any thread at any
+// time: it waits for the PushLayer calls that are posting puts, and later ones post nothing, so
+// its completion is the writer's word that nothing more will land.
 
 #include <atomic>
 #include <cstdint>
@@ -176,6 +178,9 @@ class KvPusher {
   std::atomic<int64_t> bytes_{0};
   std::atomic<bool> late_put_{false};
 
+  // PushLayer holds it shared while it posts puts; Abort takes it exclusively to mark the pusher
+  // aborted, so that no put is posted after the abort's flush.
+  absl::Mutex push_mu_;
   absl::Mutex attach_mu_;  // held while waiting for the answer (one waiter; the others queue)
   bool attach_sent_ ABSL_GUARDED_BY(attach_mu_) = false;
   std::optional<absl::Status> attached_ ABSL_GUARDED_BY(attach_mu_);  // the answer, once known

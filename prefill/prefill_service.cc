@@ -183,31 +183,37 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
 
   // Wait for the engine's PrefillDone, aborting the prompt if the client goes away or the
   // reservation's lease ends first (nothing could be written into it any more).
-  bool aborted = false;
-  absl::Status lease_ended;
+  absl::Status abort_reason;  // set when this call aborted the prompt
   const absl::Time write_deadline = pending->pusher->write_deadline();
-  absl::ReleasableMutexLock lock(&pending->mu);
+  pending->mu.Lock();
   while (!pending->HasDone()) {
     pending->mu.AwaitWithTimeout(
         absl::Condition(pending.get(), &Pending::HasDone),
         std::clamp(write_deadline - absl::Now(), absl::Milliseconds(1), kClientPoll));
-    if (pending->HasDone() || aborted) continue;
+    if (pending->HasDone() || !abort_reason.ok()) continue;
     if (absl::Now() >= write_deadline) {
-      lease_ended = absl::DeadlineExceededError(absl::StrCat(
+      abort_reason = absl::DeadlineExceededError(absl::StrCat(
           "the decode worker's reservation for request '", in.request_id(),
           "' ended (its lease) before the prompt's KV was pushed"));
+    } else if (control_.ending) {
+      abort_reason = absl::UnavailableError("the prefill worker is shutting down");
+    } else if (context->IsCancelled()) {
+      abort_reason = absl::CancelledError("the prefill call was cancelled");
     }
-    if (!lease_ended.ok() || context->IsCancelled() || control_.ending) {
-      aborted = true;
-      engine_->Abort(in.request_id());
-      loop_->Notify();
-    }
+    if (abort_reason.ok()) continue;
+    pending->mu.Unlock();  // the rank threads' LayerReady handlers take it
+    engine_->Abort(in.request_id());
+    loop_->Notify();
+    // Tell the decode worker now, not when the engine's step ends: it holds the pages until this
+    // writer's word (PushLayer calls still posting finish first; later ones post nothing).
+    (void)pending->pusher->Abort(abort_reason);
+    pending->mu.Lock();
   }
   PrefillDone& done = *pending->done;
-  absl::Status status = !lease_ended.ok() ? lease_ended
+  absl::Status status = !abort_reason.ok() ? abort_reason
                         : done.status.ok() ? pending->push_error
                                            : done.status;
-  bool transfer_failed = done.status.ok() && !status.ok();
+  bool transfer_failed = abort_reason.ok() && done.status.ok() && !status.ok();
   const absl::Time computed = std::max(pending->last_layer, start);
   if (status.ok()) {
     estuary::v1::TokenLogprobs logprobs;
@@ -230,10 +236,10 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   response->set_transfer_seconds(absl::ToDoubleSeconds(sent - computed));
   for (int layers : done.chunk_backbone_layers) response->add_chunk_backbone_layers(layers);
   pending->done.reset();  // the pages go back to the pool
-  lock.Release();
+  pending->mu.Unlock();
   forget();
   loop_->Notify();
-  if (aborted && control_.ending) return worker::ShutDownBeforeFinishStatus();
+  if (!abort_reason.ok() && control_.ending) return worker::ShutDownBeforeFinishStatus();
   return rpc::ToGrpcStatus(status);
 }
 
