@@ -670,5 +670,23 @@ TEST(KvPushFenceTest, AStalledPutIsReportedLate) {
   EXPECT_TRUE(c->late_put());
 }
 
+// A lost attach (a connection that broke under it) costs a resend interval, not the deadline.
+TEST(KvPushFenceTest, ALostAttachIsSentAgain) {
+  FaultWorld f({.drop_message_index = 0, .message_filter = [](std::string_view payload) {
+                  return PeekKvControlKind(payload) == KvControlKind::kAttach;
+                }});
+  auto pusher = f.world->Pusher(f.prefill, "resent");
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(PushPrompt(**pusher, 1, f.world->local_pages, 16).ok());
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, KvPusher::kAttachResend);
+  EXPECT_LT(took, KvPusher::kAttachResend + absl::Seconds(2));
+  EXPECT_EQ(f.world->receiver->attaches(), 1);  // the dropped one never arrived
+  ASSERT_TRUE((*pusher)->Complete(7, Provenance(), kPrompt).ok());
+  ASSERT_TRUE(f.world->inbox.Wait(absl::Seconds(5)).has_value());
+  EXPECT_EQ(CountMismatches(*f.world->decode, f.world->remote_pages, kPrompt), 0);
+}
+
 }  // namespace
 }  // namespace estuary::kvtransfer

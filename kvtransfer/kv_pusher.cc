@@ -180,12 +180,11 @@ absl::StatusOr<std::unique_ptr<KvPusher>> KvPusher::Create(
   }
 
   // 5. Attach: the decode worker's answer is awaited before the first put.
-  estuary::v1::KvAttach attach;
-  attach.set_request_id(id);
-  attach.set_reservation_epoch(descriptor.reservation_epoch());
-  attach.set_writer_address(transport.Address());
+  p->attach_.set_request_id(id);
+  p->attach_.set_reservation_epoch(descriptor.reservation_epoch());
+  p->attach_.set_writer_address(transport.Address());
   attach_replies.Expect(id, descriptor.reservation_epoch());
-  if (absl::Status sent = p->Send(EncodeKvAttach(attach), p->deadline_, 1); !sent.ok()) {
+  if (absl::Status sent = p->Send(EncodeKvAttach(p->attach_), p->deadline_, 1); !sent.ok()) {
     attach_replies.Forget(id, descriptor.reservation_epoch());
     return sent;
   }
@@ -198,7 +197,10 @@ absl::Status KvPusher::Attached() {
   absl::MutexLock lock(&attach_mu_);
   const std::string& id = descriptor_.request_id();
   const uint64_t epoch = descriptor_.reservation_epoch();
-  // Waits in slices, so that a decode worker that dies meanwhile ends the wait at once.
+  // Waits in slices, so that a decode worker that dies meanwhile ends the wait at once, and sends
+  // the attach again now and then: a message lost with a broken connection costs a resend
+  // interval, not the whole deadline (the decode worker answers every copy).
+  absl::Time resend = absl::Now() + kAttachResend;
   while (!attached_.has_value()) {
     const absl::Time slice = std::min(deadline_, absl::Now() + absl::Milliseconds(50));
     absl::Status answer = attach_replies_.Await(id, epoch, slice);
@@ -206,12 +208,18 @@ absl::Status KvPusher::Attached() {
       for (const std::shared_ptr<CachedEndpoint>& ep : used_) {
         if (absl::Status health = ep->Health(); !health.ok()) answer = health;
       }
-      if (absl::IsDeadlineExceeded(answer)) continue;
-    }
-    if (absl::IsDeadlineExceeded(answer) || absl::IsUnavailable(answer)) {
-      attach_replies_.Forget(id, epoch);
+      if (absl::IsDeadlineExceeded(answer)) {
+        if (absl::Now() >= resend) {
+          resend = absl::Now() + kAttachResend;
+          if (absl::Status sent = Send(EncodeKvAttach(attach_), deadline_, 2); !sent.ok()) {
+            answer = sent;
+          }
+        }
+        if (absl::IsDeadlineExceeded(answer)) continue;
+      }
     }
     if (!answer.ok()) {
+      attach_replies_.Forget(id, epoch);
       answer = absl::Status(answer.code(),
                             absl::StrCat("KV push of '", id, "': attach: ", answer.message()));
     }

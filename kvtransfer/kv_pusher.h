@@ -69,6 +69,8 @@ class KvPusher {
   // The writer stops this long before the reservation's lease: the most the prefill host's clock
   // may run behind the decode host's for the stop to come before the decode worker's lease.
   static constexpr absl::Duration kLeaseSkewMargin = absl::Milliseconds(250);
+  // How long the writer waits for the attach answer before it sends the attach again.
+  static constexpr absl::Duration kAttachResend = absl::Milliseconds(500);
 
   // Checks, in order: the fingerprints (FAILED_PRECONDITION naming both, fingerprint.h); the
   // local pool against the local fingerprint; the descriptor (transport kind, per-rank layout ==
@@ -182,6 +184,7 @@ class KvPusher {
   // aborted, so that no put is posted after the abort's flush.
   absl::Mutex push_mu_;
   absl::Mutex attach_mu_;  // held while waiting for the answer (one waiter; the others queue)
+  estuary::v1::KvAttach attach_;  // immutable after Create
   bool attach_sent_ ABSL_GUARDED_BY(attach_mu_) = false;
   std::optional<absl::Status> attached_ ABSL_GUARDED_BY(attach_mu_);  // the answer, once known
 };
