@@ -20,8 +20,8 @@
 #include <deque>
 #include <memory>
 #include <random>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -155,7 +155,7 @@ class DecodeEngine {
   int reserved() const;
   // Reservations whose request ended but whose pages wait for their writer (fenced).
   int fenced() const;
-  // Pages recomputed because a writer reported a late put into them after they were given back.
+  // Writers' late-put reports that named pages already given back (their holders recomputed).
   int64_t stale_writer_reports() const;
 
   // One scheduling iteration (admit, prefill, decode). A model error ends the affected requests

@@ -189,7 +189,9 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   while (!pending->HasDone()) {
     pending->mu.AwaitWithTimeout(
         absl::Condition(pending.get(), &Pending::HasDone),
-        std::clamp(write_deadline - absl::Now(), absl::Milliseconds(1), kClientPoll));
+        abort_reason.ok()
+            ? std::clamp(write_deadline - absl::Now(), absl::Milliseconds(1), kClientPoll)
+            : kClientPoll);
     if (pending->HasDone() || !abort_reason.ok()) continue;
     if (absl::Now() >= write_deadline) {
       abort_reason = absl::DeadlineExceededError(absl::StrCat(
