@@ -12,13 +12,6 @@
 
 namespace estuary {
 
-// A sequence whose prompt KV is being pushed by a prefill worker.
-struct DecodeEngine::Reserved {
-  std::unique_ptr<Sequence> sequence;
-  absl::Time lease_deadline;
-  SampledToken first_token;
-};
-
 absl::Status DecodeEngineOptions::Validate(const LlamaConfig& config) const {
   if (max_num_seqs < 1 || max_num_seqs > 4096) {
     return absl::InvalidArgumentError(
@@ -30,6 +23,9 @@ absl::Status DecodeEngineOptions::Validate(const LlamaConfig& config) const {
   }
   if (max_num_batched_tokens < 1) {
     return absl::InvalidArgumentError("--max-num-batched-tokens must be >= 1");
+  }
+  if (lease_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the lease grace must not be negative");
   }
   if (kv_cache_bytes <= 0 && gpu_memory_utilization <= 0) {
     return absl::InvalidArgumentError("--kv-cache-bytes must be > 0");
@@ -77,7 +73,8 @@ DecodeEngine::DecodeEngine(std::unique_ptr<ShardedModel> borrowed,
       lossless_(options.lossless),
       sink_(std::move(sink)),
       pool_(runner_->pool()),
-      stats_(runner_->config().n_layers) {
+      stats_(runner_->config().n_layers),
+      epochs_((uint64_t{std::random_device()()} << 32) ^ std::random_device()()) {
   lossless_.policy = options_.exit;
 }
 
@@ -128,110 +125,21 @@ std::unique_ptr<DecodeEngine::Sequence> DecodeEngine::NewSequence(DecodeRequest 
   return sequence;
 }
 
-absl::StatusOr<DecodeEngine::Reservation> DecodeEngine::Reserve(DecodeRequest request,
-                                                                 absl::Duration lease) {
-  ESTUARY_RETURN_IF_ERROR(ValidateRequest(request));
-  if (lease <= absl::ZeroDuration()) return absl::InvalidArgumentError("lease must be positive");
-  const std::string id = request.request_id;
-  auto reserved = std::make_unique<Reserved>();
-  reserved->sequence = NewSequence(std::move(request));
-  Sequence& s = *reserved->sequence;
-  ESTUARY_RETURN_IF_ERROR(inbox_.Claim(id));
-  // Room for the prompt and the first generated token (pool calls are thread-safe).
-  if (absl::Status status = s.kv.Reserve(s.PrefillTarget() + 1); !status.ok()) {
-    inbox_.Forget(id);
-    return status;
-  }
-  Reservation out{s.kv.pages(), absl::Now() + lease};
-  reserved->lease_deadline = out.lease_deadline;
-  absl::MutexLock lock(&reservations_mu_);
-  reservations_[id] = std::move(reserved);
-  return out;
-}
-
-absl::Status DecodeEngine::CompleteReservation(const std::string& request_id, int32_t first_token,
-                                               absl::Span<const uint8_t> provenance,
-                                               std::optional<TokenLogprobs> first_token_logprobs) {
-  const int32_t vocab = runner_->config().vocab_size;
-  auto outside = [vocab](int32_t id) { return id < 0 || id >= vocab; };
-  if (outside(first_token)) {
-    return absl::InvalidArgumentError(absl::StrCat("first token ", first_token,
-                                                   " outside the vocabulary [0, ", vocab, ")"));
-  }
-  if (first_token_logprobs.has_value()) {
-    if (first_token_logprobs->top.size() > static_cast<size_t>(kMaxLogprobs)) {
-      return absl::InvalidArgumentError(absl::StrCat("first token log-probabilities name ",
-                                                     first_token_logprobs->top.size(),
-                                                     " tokens; at most ", kMaxLogprobs));
-    }
-    for (const TokenLogprob& t : first_token_logprobs->top) {
-      if (outside(t.id)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "first token log-probabilities name token ", t.id, " outside the vocabulary"));
-      }
-    }
-  }
-  absl::MutexLock lock(&reservations_mu_);
-  auto it = reservations_.find(request_id);
-  if (it == reservations_.end()) {
-    return absl::NotFoundError(absl::StrCat("no reservation for request '", request_id,
-                                            "' (expired, aborted or never made)"));
-  }
-  Sequence& s = *it->second->sequence;
-  const int prompt = s.PrefillTarget();
-  if (static_cast<int>(provenance.size()) != prompt) {
-    return absl::InvalidArgumentError(absl::StrCat("provenance of ", provenance.size(),
-                                                   " slots for a prompt of ", prompt));
-  }
-  for (int pos = 0; pos < prompt; ++pos) s.kv.SetProvenance(pos, provenance[static_cast<size_t>(pos)]);
-  it->second->first_token = SampledToken{first_token, std::move(first_token_logprobs)};
-  completed_.push_back(std::move(it->second));
-  reservations_.erase(it);
-  return absl::OkStatus();
-}
-
-int DecodeEngine::reserved() const {
-  absl::MutexLock lock(&reservations_mu_);
-  return static_cast<int>(reservations_.size());
-}
-
-void DecodeEngine::DrainReservations() {
-  std::vector<std::unique_ptr<Reserved>> completed, expired;
+bool DecodeEngine::Abort(const std::string& request_id) {
   {
+    // Refuse writers from now on; the engine thread ends the reservation.
     absl::MutexLock lock(&reservations_mu_);
-    completed.swap(completed_);
-    const absl::Time now = absl::Now();
-    for (auto it = reservations_.begin(); it != reservations_.end();) {
-      if (it->second->lease_deadline <= now) {
-        expired.push_back(std::move(it->second));
-        reservations_.erase(it++);
-      } else {
-        ++it;
-      }
+    if (auto it = reservations_.find(request_id); it != reservations_.end()) {
+      it->second->aborted = true;
     }
   }
-  for (std::unique_ptr<Reserved>& r : expired) {
-    Finish(*r->sequence, FinishReason::kError,
-           absl::DeadlineExceededError(absl::StrCat(
-               "the KV of request '", r->sequence->request.request_id,
-               "' did not arrive before its lease ended; its pages went back to the pool")));
-  }
-  for (std::unique_ptr<Reserved>& r : completed) {
-    Sequence& s = *r->sequence;
-    s.kv.set_length(s.PrefillTarget());
-    // The pushed prompt joins the prefix cache: later samples of it adopt its full pages.
-    if (options_.enable_prefix_caching) s.kv.RegisterFullPages(s.tokens);
-    running_.push_back(std::move(r->sequence));
-    EmitToken(s, std::move(r->first_token), runner_->config().n_layers);
-  }
+  return inbox_.Abort(request_id);
 }
-
-bool DecodeEngine::Abort(const std::string& request_id) { return inbox_.Abort(request_id); }
 
 bool DecodeEngine::Idle() const {
   {
     absl::MutexLock lock(&reservations_mu_);
-    if (!completed_.empty()) return false;
+    if (!completed_.empty() || !writer_ended_.empty() || !tainted_pages_.empty()) return false;
   }
   return inbox_.Empty() && waiting_.empty() && running_.empty();
 }
@@ -241,25 +149,7 @@ void DecodeEngine::DrainInbox() {
   std::vector<std::string> aborts;
   inbox_.Take(&requests, &aborts);
   for (DecodeRequest& request : requests) waiting_.push_back(NewSequence(std::move(request)));
-  std::vector<std::unique_ptr<Reserved>> aborted_reservations;
-  {
-    absl::MutexLock lock(&reservations_mu_);
-    for (const std::string& id : aborts) {
-      if (auto it = reservations_.find(id); it != reservations_.end()) {
-        aborted_reservations.push_back(std::move(it->second));
-        reservations_.erase(it);
-      }
-      for (std::unique_ptr<Reserved>& r : completed_) {
-        if (r != nullptr && r->sequence->request.request_id == id) {
-          aborted_reservations.push_back(std::move(r));
-        }
-      }
-    }
-    completed_.erase(std::remove(completed_.begin(), completed_.end(), nullptr), completed_.end());
-  }
-  for (std::unique_ptr<Reserved>& r : aborted_reservations) {
-    Finish(*r->sequence, FinishReason::kCancelled, absl::CancelledError(r->sequence->request.request_id));
-  }
+  AbortReservations(aborts);
   for (const std::string& id : aborts) {
     auto cancel = [&](auto& sequences) {
       for (auto& s : sequences) {
@@ -492,9 +382,10 @@ void DecodeEngine::EmitToken(Sequence& s, SampledToken token, int backbone_layer
   }
 }
 
-void DecodeEngine::Finish(Sequence& s, FinishReason reason, absl::Status status) {
+void DecodeEngine::Finish(Sequence& s, FinishReason reason, absl::Status status,
+                          bool release_pages) {
   s.finished = true;
-  s.kv.Release();
+  if (release_pages) s.kv.Release();
   inbox_.Forget(s.request.request_id);
   TokenEvent event;
   event.request_id = s.request.request_id;
@@ -538,6 +429,7 @@ void DecodeEngine::RemoveFinished() {
 absl::Status DecodeEngine::Step() {
   DrainInbox();
   DrainReservations();
+  RemoveFinished();  // sequences recomputed because a stale writer touched their pages
   Admit();
   absl::Status status = PrefillStep();
   RemoveFinished();

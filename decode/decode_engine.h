@@ -19,7 +19,9 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -47,6 +49,11 @@ struct DecodeEngineOptions {
   int64_t kv_cache_bytes = int64_t{256} << 20;
   int max_num_batched_tokens = 512;  // prefill tokens per step
   bool enable_prefix_caching = true;
+  // How long past its lease a reservation whose writer attached keeps its pages fenced when the
+  // writer's completion does not come (kvtransfer/README.md "Fencing"): covers puts the writer
+  // posted just before its stop (the lease less KvPusher::kLeaseSkewMargin) and still in flight,
+  // and clock skew between the hosts.
+  absl::Duration lease_grace = absl::Seconds(1);
   ExitPolicy exit;                   // used only when a river is given
   // Lossless requests' draft settings (k, the confidence floor, adaptation); their exits follow
   // `exit` and each request's τ (the policy here is ignored).
@@ -86,35 +93,70 @@ class DecodeEngine {
   // vocabulary, a prompt that fills the context, bad sampling or exit parameters, or a
   // duplicate live request id.
   absl::Status Submit(DecodeRequest request);
-  // Ends a waiting, running or reserved request with CANCELLED and frees its pages. False when
-  // unknown.
+  // Ends a waiting, running or reserved request with CANCELLED and frees its pages (a reserved
+  // request's pages stay fenced while its writer may write them: see Reserve). False when
+  // unknown. A reservation refuses writers from this call on.
   bool Abort(const std::string& request_id);
 
-  // Disaggregated serving (design §1, §7): the decode side of a KV push.
+  // Disaggregated serving (design §1, §7): the decode side of a KV push, fenced (kvtransfer/
+  // README.md "Fencing"; decode/decode_reservations.cc).
   //
   // Reserve() validates `request` as Submit() does and takes pages for its prompt plus the first
-  // generated token, under a lease: if CompleteReservation() does not come before `lease`
-  // passes, the next Step() frees the pages and ends the request with DEADLINE_EXCEEDED. The
-  // prefill side writes the prompt's K/V straight into those pages (every layer, every shard),
-  // then CompleteReservation() hands over the first token it sampled and each prompt slot's
-  // provenance; the sequence joins the running batch at the next Step() and the first token is
-  // emitted like any other. RESOURCE_EXHAUSTED when the pool cannot hold the prompt now.
-  // Thread-safe (any thread).
+  // generated token, under a lease, and names the reservation with a random epoch. A writer (the
+  // prefill side) attaches (AttachWriter) before its first put, writes the prompt's K/V straight
+  // into those pages (every layer, every shard), then CompleteReservation() hands over the first
+  // token it sampled and each prompt slot's provenance; the sequence joins the running batch at
+  // the next Step() and the first token is emitted like any other. Or the writer gives up
+  // (EndReservation, after its last flush) and the request ends with the writer's status.
+  //
+  // Pages are never given back while an attached writer may still write them: when the request
+  // ends first (Abort, or the lease passes: DEADLINE_EXCEEDED at the next Step) its stream ends
+  // at once, but the pages stay fenced until the writer's completion arrives (it flushed and
+  // posts nothing more) or `lease + options.lease_grace` passes. Without an attached writer they
+  // return at once (a later attach is refused). Everything from a writer is matched on the
+  // request id AND the epoch AND the writer's id, and is ignored when it names nothing live.
   struct Reservation {
     std::vector<int32_t> pages;  // page ids, in position order (same ids on every shard)
     absl::Time lease_deadline;
+    uint64_t epoch = 0;          // nonzero; TransferDescriptor.reservation_epoch
   };
+  // RESOURCE_EXHAUSTED when the pool cannot hold the prompt now. Thread-safe (any thread).
   absl::StatusOr<Reservation> Reserve(DecodeRequest request, absl::Duration lease);
-  // `provenance` has one byte per prompt position (kvcache/kv_pool.h). NOT_FOUND when the
-  // reservation is unknown (expired, aborted, or never made); INVALID_ARGUMENT for a token
-  // outside the vocabulary, a provenance of the wrong length, or log-probabilities that name
-  // ids outside the vocabulary or more than kMaxLogprobs of them. `first_token_logprobs` (from
-  // the prefill side, when the request asked for logprobs) travels with the first token.
-  absl::Status CompleteReservation(const std::string& request_id, int32_t first_token,
-                                   absl::Span<const uint8_t> provenance,
+
+  // Who speaks for a reservation: its epoch, the writer's transport id (kvtransfer::Transport::id),
+  // and, on its completion, whether a put may have been posted after the writer's stop.
+  struct Writer {
+    uint64_t epoch = 0;
+    uint64_t id = 0;
+    bool late_put = false;
+  };
+  // The writer asks to push (KvAttach). OK (again for the same writer); FAILED_PRECONDITION when
+  // the reservation was aborted, its lease passed or another writer holds it; NOT_FOUND when no
+  // live reservation has this id and epoch. Thread-safe.
+  absl::Status AttachWriter(const std::string& request_id, const Writer& writer);
+  // The attached writer's KV is complete. `provenance` has one byte per prompt position
+  // (kvcache/kv_pool.h), each a backbone layer index or kProvenanceFullDepth. INVALID_ARGUMENT for
+  // a token outside the vocabulary, a provenance of the wrong length or values, or
+  // log-probabilities that name ids outside the vocabulary or more than kMaxLogprobs of them (the
+  // request then ends with that error; its pages return, the writer being done). NOT_FOUND when
+  // nothing live matches (expired, aborted, stale epoch, never made): ignored, but a fenced
+  // reservation of this epoch gets its pages back now, and a late put into pages already given
+  // back marks their new owners for recomputation. FAILED_PRECONDITION from a writer that is not
+  // the attached one. Thread-safe.
+  absl::Status CompleteReservation(const std::string& request_id, const Writer& writer,
+                                   int32_t first_token, absl::Span<const uint8_t> provenance,
                                    std::optional<TokenLogprobs> first_token_logprobs = {});
+  // The attached writer gave up after its last flush (its abort completion): the request ends
+  // with `writer_status` (not OK) and the pages return. NOT_FOUND / FAILED_PRECONDITION as above.
+  // Thread-safe.
+  absl::Status EndReservation(const std::string& request_id, const Writer& writer,
+                              absl::Status writer_status);
   // Reservations still waiting for their KV.
   int reserved() const;
+  // Reservations whose request ended but whose pages wait for their writer (fenced).
+  int fenced() const;
+  // Writers' late-put reports that named pages already given back (their holders recomputed).
+  int64_t stale_writer_reports() const;
 
   // One scheduling iteration (admit, prefill, decode). A model error ends the affected requests
   // with that status and is returned.
@@ -147,8 +189,22 @@ class DecodeEngine {
                        StepKind kind, absl::Span<float> logits, absl::Span<EntryOutcome> outcomes);
 
   void DrainInbox();
-  // Moves completed reservations into the running batch and expires lapsed leases.
+  // Moves completed reservations into the running batch, ends those whose writer gave up or
+  // whose lease lapsed, gives back fenced pages whose writer confirmed or whose grace passed, and
+  // recomputes sequences on pages a stale writer touched (decode_reservations.cc).
   void DrainReservations();
+  // Ends the reservations among `aborts` (DrainInbox).
+  void AbortReservations(const std::vector<std::string>& aborts);
+  struct Reserved;
+  // Ends a reserved request that has no KV: its pages return now without an attached writer, else
+  // they are fenced until its writer confirms or lease + grace. Engine thread, lock not held.
+  void EndReserved(std::unique_ptr<Reserved> reserved, FinishReason reason, absl::Status status);
+  // A writer's word that matches no live reservation: confirms a fenced one, or reports a late
+  // put into pages given back; NOT_FOUND either way.
+  absl::Status WriterGoneLocked(const std::string& request_id, const Writer& writer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(reservations_mu_);
+  // Preempts (recomputes from their tokens) the running sequences holding any of `pages`.
+  void RecomputeTainted(absl::Span<const int32_t> pages);
   // Emits `token` for `sequence` (or ends it on EOS / a stop token) and retires it when done.
   void EmitToken(Sequence& sequence, SampledToken token, int backbone_layers);
   // Submit's checks; also used by Reserve.
@@ -176,7 +232,10 @@ class DecodeEngine {
   // logit_row).
   void TakeToken(Sequence& sequence, const BatchEntry& entry, const EntryOutcome& outcome,
                  std::vector<float>& logits, size_t& logit_row);
-  void Finish(Sequence& sequence, FinishReason reason, absl::Status status);
+  // Ends the request (its final event); its pages return unless `release_pages` is false (a
+  // fenced reservation's pages, which return later).
+  void Finish(Sequence& sequence, FinishReason reason, absl::Status status,
+              bool release_pages = true);
   void FailAll(std::vector<Sequence*>& sequences, const absl::Status& status);
   void RemoveFinished();
 
@@ -194,12 +253,24 @@ class DecodeEngine {
 
   // Requests and aborts from other threads, taken by the engine thread at the start of Step().
   RequestInbox<DecodeRequest> inbox_;
-  // Reserved sequences waiting for their KV (their pages held), and those whose KV arrived.
-  struct Reserved;
+  // Reservations (decode_reservations.cc), under one mutex: those waiting for their KV, those
+  // whose KV arrived (for the engine thread to run), those whose writer gave up or sent a
+  // refused completion (for the engine thread to end), and fenced ones: their request ended,
+  // their pages wait for their writer, by epoch. `given_back_` remembers the pages of the last
+  // reservations given back without their writer's word, so that a late report can find them;
+  // `tainted_pages_` are pages a stale writer may have written, for the engine thread.
+  struct Fenced;
   mutable absl::Mutex reservations_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Reserved>> reservations_
       ABSL_GUARDED_BY(reservations_mu_);
   std::vector<std::unique_ptr<Reserved>> completed_ ABSL_GUARDED_BY(reservations_mu_);
+  std::vector<std::unique_ptr<Reserved>> writer_ended_ ABSL_GUARDED_BY(reservations_mu_);
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Fenced>> fenced_ ABSL_GUARDED_BY(reservations_mu_);
+  std::deque<std::pair<uint64_t, std::vector<int32_t>>> given_back_
+      ABSL_GUARDED_BY(reservations_mu_);
+  std::vector<int32_t> tainted_pages_ ABSL_GUARDED_BY(reservations_mu_);
+  int64_t stale_writer_reports_ ABSL_GUARDED_BY(reservations_mu_) = 0;
+  std::mt19937_64 epochs_ ABSL_GUARDED_BY(reservations_mu_);  // seeded from std::random_device
 
   // Engine-thread state.
   std::deque<std::unique_ptr<Sequence>> waiting_;   // admission order; preempted go first

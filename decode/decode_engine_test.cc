@@ -311,9 +311,13 @@ TEST(DecodeEngineReservationTest, PushedKvContinuesIntoTheGoldenIds) {
     }
   }
   const std::vector<uint8_t> provenance(c.prompt_ids.size(), kProvenanceFullDepth);
-  EXPECT_EQ((*engine)->CompleteReservation("pushed", first, provenance).code(),
+  const DecodeEngine::Writer writer{reservation->epoch, /*id=*/7};
+  EXPECT_EQ((*engine)->CompleteReservation("pushed", writer, first, provenance).code(),
+            absl::StatusCode::kFailedPrecondition);  // a writer that never attached
+  ASSERT_TRUE((*engine)->AttachWriter("pushed", writer).ok());
+  EXPECT_EQ((*engine)->CompleteReservation("pushed", writer, first, provenance).code(),
             absl::StatusCode::kOk);
-  EXPECT_EQ((*engine)->CompleteReservation("pushed", first, provenance).code(),
+  EXPECT_EQ((*engine)->CompleteReservation("pushed", writer, first, provenance).code(),
             absl::StatusCode::kNotFound);
   ASSERT_TRUE((*engine)->RunUntilIdle().ok());
   EXPECT_EQ(collector.tokens["pushed"], c.completion_ids);
@@ -321,7 +325,8 @@ TEST(DecodeEngineReservationTest, PushedKvContinuesIntoTheGoldenIds) {
 }
 
 // A completion that never comes: the lease ends, the request fails with DEADLINE_EXCEEDED at
-// the next step, and the pages return to the pool. An aborted reservation frees them too.
+// the next step, and the pages return to the pool. An aborted reservation frees them too. (No
+// writer attached to either: with one, the pages stay fenced; decode/kv_fencing_test.cc.)
 TEST(DecodeEngineReservationTest, LeaseExpiryAndAbortReturnThePages) {
   auto loaded = LoadModel("models/stories260K");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -345,7 +350,9 @@ TEST(DecodeEngineReservationTest, LeaseExpiryAndAbortReturnThePages) {
   EXPECT_EQ(collector.final_events["aborted"].status.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ((*engine)->reserved(), 0);
   EXPECT_EQ((*engine)->pool().free_pages(), free_at_start);
-  EXPECT_EQ((*engine)->CompleteReservation("lapsing", 5, std::vector<uint8_t>(40)).code(),
+  EXPECT_EQ((*engine)->CompleteReservation("lapsing", {lapsing->epoch, 7}, 5,
+                                            std::vector<uint8_t>(40))
+                .code(),
             absl::StatusCode::kNotFound);
 }
 

@@ -38,13 +38,17 @@ struct DecodeMetrics {
     return bounds;
   }
   // KV usage and prefix cache: worker/engine_metrics.h, shared with the prefill worker.
-  void SetPool(const KvPool& pool, int reserved_requests) {
+  void SetPool(const KvPool& pool, int reserved_requests, int fenced_requests) {
     worker::EngineMetrics::Get().UpdatePool(pool);
     reserved.Set(reserved_requests);
+    fenced.Set(fenced_requests);
   }
   common::MetricsRegistry& r = common::MetricsRegistry::Global();
   common::Gauge& reserved = r.GetGauge("estuary:num_requests_reserved",
                                        "Reservations waiting for their KV from a prefill worker.");
+  common::Gauge& fenced = r.GetGauge(
+      "estuary:num_reservations_fenced",
+      "Ended reservations whose pages wait for their writer's completion or lease + grace.");
   common::Histogram& layers = r.GetHistogram(
       "estuary:backbone_layers_per_token", "Backbone layers each generated token ran.",
       LayerBounds());
@@ -90,14 +94,22 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(
       service->engine_,
       DecodeEngine::Create(model, options.engine,
                            [self](const TokenEvent& event) { self->streams_.Push(event); }));
-  service->loop_ = std::make_unique<StepLoop>(
-      [self] { return !self->engine_->Idle() || self->engine_->reserved() > 0; },
-      [self] { return self->StepOnce(); });
+  // Reservations and fenced pages only wait (for their writer, lease or grace): the loop's idle
+  // polls (every 10 ms) and the receiver's Notify() step the engine for them, without spinning.
+  service->loop_ = std::make_unique<StepLoop>([self] { return !self->engine_->Idle(); },
+                                              [self] { return self->StepOnce(); });
   ESTUARY_ASSIGN_OR_RETURN(service->receiver_,
                            kvtransfer::KvReceiver::Create(transport, service->engine_->mutable_pool(),
                                                           service->fingerprint_));
-  ESTUARY_RETURN_IF_ERROR(service->receiver_->Start(
-      [self](const estuary::v1::KvCompletion& completion) { self->OnCompletion(completion); }));
+  kvtransfer::KvReceiverCallbacks callbacks;
+  callbacks.on_attach = [self](const estuary::v1::KvAttach& attach, uint64_t writer) {
+    return self->engine_->AttachWriter(attach.request_id(),
+                                       {attach.reservation_epoch(), writer, false});
+  };
+  callbacks.on_completion = [self](const estuary::v1::KvCompletion& completion, uint64_t writer) {
+    self->OnCompletion(completion, writer);
+  };
+  ESTUARY_RETURN_IF_ERROR(service->receiver_->Start(std::move(callbacks)));
   return service;
 }
 
@@ -116,7 +128,7 @@ DecodeService::~DecodeService() {
 
 absl::Status DecodeService::StepOnce() {
   absl::Status stepped;
-  if (!engine_->Idle() || engine_->reserved() > 0) {
+  if (!engine_->Idle() || engine_->reserved() > 0 || engine_->fenced() > 0) {
     if (options_.debug_step_delay > absl::ZeroDuration()) absl::SleepFor(options_.debug_step_delay);
     stepped = engine_->Step();
     if (!stepped.ok()) {
@@ -131,7 +143,7 @@ absl::Status DecodeService::StepOnce() {
   worker::EngineMetrics::Get().UpdateScheduler(engine_->running(), engine_->waiting(),
                                                engine_->preemptions());
   metrics.exit_rate.Set(load.exit_rate());
-  metrics.SetPool(engine_->pool(), engine_->reserved());
+  metrics.SetPool(engine_->pool(), engine_->reserved(), engine_->fenced());
   const std::vector<int64_t>& layers = engine_->exit_stats().histogram();
   reported_layers_.resize(layers.size(), 0);
   for (size_t l = 0; l < layers.size(); ++l) {
@@ -143,29 +155,31 @@ absl::Status DecodeService::StepOnce() {
   return stepped;
 }
 
-void DecodeService::OnCompletion(const estuary::v1::KvCompletion& completion) {
+void DecodeService::OnCompletion(const estuary::v1::KvCompletion& completion, uint64_t writer_id) {
   const std::string& id = completion.request_id();
+  const DecodeEngine::Writer writer{completion.reservation_epoch(), writer_id,
+                                    completion.late_put()};
+  absl::Status status;
   if (completion.status_code() != 0) {
-    ESTUARY_LOG(WARNING) << "prefill aborted request " << id << ": "
-                         << rpc::StatusFromCode(completion.status_code(),
-                                                completion.status_message());
-    engine_->Abort(id);
+    const absl::Status reason =
+        rpc::StatusFromCode(completion.status_code(), completion.status_message());
+    ESTUARY_LOG(WARNING) << "prefill aborted request " << id << ": " << reason;
+    status = engine_->EndReservation(id, writer, reason);
   } else {
     const std::string& provenance = completion.provenance();
     std::optional<TokenLogprobs> logprobs;
     if (completion.has_first_token_logprobs()) {
       logprobs = rpc::LogprobsFromProto(completion.first_token_logprobs());
     }
-    const absl::Status status = engine_->CompleteReservation(
-        id, completion.first_token(),
+    status = engine_->CompleteReservation(
+        id, writer, completion.first_token(),
         absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(provenance.data()),
                             provenance.size()),
         std::move(logprobs));
-    if (!status.ok()) {
-      ESTUARY_LOG(WARNING) << "completion for " << id << " refused: " << status;
-      engine_->Abort(id);
-    }
   }
+  // Refused: the engine ended the request when the writer was the attached one; a completion
+  // that names nothing live (late, stale, never attached) is ignored.
+  if (!status.ok()) ESTUARY_LOG(WARNING) << "completion for " << id << " refused: " << status;
   loop_->Notify();
 }
 
@@ -189,7 +203,7 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* context,
     return rpc::ToGrpcStatusWithRetryHint(context, reservation.status());
   }
   *response->mutable_transfer() =
-      receiver_->Describe(id, reservation->pages, reservation->lease_deadline);
+      receiver_->Describe(id, reservation->pages, reservation->lease_deadline, reservation->epoch);
   loop_->Notify();
   return grpc::Status::OK;
 }
@@ -278,7 +292,7 @@ grpc::Status DecodeService::GetLoad(grpc::ServerContext* context,
   worker::SetPoolLoad(engine_->pool(), response);
   response->set_reserved_requests(engine_->reserved());
   response->set_not_ready(!control_.ready);
-  DecodeMetrics::Get().SetPool(engine_->pool(), response->reserved_requests());
+  DecodeMetrics::Get().SetPool(engine_->pool(), response->reserved_requests(), engine_->fenced());
   return grpc::Status::OK;
 }
 

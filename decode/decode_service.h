@@ -6,8 +6,10 @@
 //
 // Reserve takes pages under a lease and answers with the transfer descriptor; Decode streams a
 // request's tokens (a reserved one, or one prefilled here when `local_prefill` is set); Abort
-// ends a request wherever it is; GetLoad reports the figures heartbeats carry. A client that
-// cancels its Decode stream aborts the request and frees its pages.
+// ends a request wherever it is, at once (a reservation's pages come back once its writer
+// confirmed, or at lease + grace: kvtransfer/README.md "Fencing"); GetLoad reports the figures
+// heartbeats carry. A client that cancels its Decode stream aborts the request and frees its
+// pages.
 //
 // Readiness and the drain (worker/worker_control.h): the process plumbing (ServeWorker) writes
 // control(); GetLoad reports it as not_ready; while draining, new work (Reserve, a local-prefill
@@ -77,7 +79,8 @@ class DecodeService final : public estuary::v1::DecodeWorker::Service {
 
  private:
   DecodeService(const DecodeServiceOptions& options, estuary::v1::KvFormatFingerprint fingerprint);
-  void OnCompletion(const estuary::v1::KvCompletion& completion);
+  // A writer's completion (the KV receiver's thread); `writer` is its transport id.
+  void OnCompletion(const estuary::v1::KvCompletion& completion, uint64_t writer);
   // One engine step and a fresh load snapshot; runs on the loop's thread.
   absl::Status StepOnce();
 

@@ -1,12 +1,15 @@
 #pragma once
 // DecodeEngine::Sequence: one request's state in the decode engine, shared by the engine's
-// files (decode_engine.cc: scheduling, prefill and decode; lossless_step.cc: lossless rounds).
+// files (decode_engine.cc: scheduling, prefill and decode; lossless_step.cc: lossless rounds;
+// decode_reservations.cc: reservations, with Reserved and Fenced below).
 // Internal to the engine: nothing else includes this.
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "core/kvcache/sequence_kv.h"
 #include "core/model/lossless_round.h"
 #include "core/sampling/sampler.h"
@@ -43,6 +46,26 @@ struct DecodeEngine::Sequence {
   bool preempted = false;
   // Lossless requests (DecodeRequest::lossless): their rounds (decode/lossless_step.cc).
   std::unique_ptr<LosslessRound> round;
+};
+
+// A sequence whose prompt KV is being pushed by a writer (a prefill worker).
+struct DecodeEngine::Reserved {
+  std::unique_ptr<Sequence> sequence;
+  absl::Time lease_deadline;
+  uint64_t epoch = 0;
+  uint64_t writer = 0;       // the attached writer's id; 0: none attached
+  bool aborted = false;      // Abort() came: writers are refused, the engine thread ends it
+  bool tainted = false;      // a stale writer may have written its pages: recompute its prompt
+  SampledToken first_token;  // from the writer's completion
+  absl::Status end_status;   // writer_ended_: why the request ends
+};
+
+// A reservation whose request ended while its writer may still write its pages.
+struct DecodeEngine::Fenced {
+  std::unique_ptr<Sequence> sequence;  // finished; holds the pages
+  uint64_t writer = 0;
+  absl::Time release_at;               // lease + grace
+  bool confirmed = false;              // the writer's completion arrived: give the pages back
 };
 
 }  // namespace estuary

@@ -64,6 +64,10 @@ absl::Status FaultEndpoint::CountOp() {
 absl::Status FaultEndpoint::Put(const void* local, size_t bytes, const RemoteRegion& dst,
                                 uint64_t dst_offset, absl::Time deadline) {
   ESTUARY_RETURN_IF_ERROR(CountOp());
+  if (config_.stall_puts) {
+    absl::SleepFor(config_.put_delay);
+    return inner_->Put(local, bytes, dst, dst_offset, absl::InfiniteFuture());
+  }
   ESTUARY_RETURN_IF_ERROR(Delay(config_.put_delay, deadline, "put"));
   return inner_->Put(local, bytes, dst, dst_offset, deadline);
 }
@@ -75,6 +79,9 @@ absl::Status FaultEndpoint::Flush(absl::Time deadline) {
 
 absl::Status FaultEndpoint::SendMessage(std::string_view payload, absl::Time deadline) {
   ESTUARY_RETURN_IF_ERROR(CountOp());
+  if (config_.message_filter && !config_.message_filter(payload)) {
+    return inner_->SendMessage(payload, deadline);
+  }
   const int64_t index = messages_.fetch_add(1);
   ESTUARY_RETURN_IF_ERROR(Delay(config_.message_delay, deadline, "message"));
   if (config_.drop_all_messages || index == config_.drop_message_index) {

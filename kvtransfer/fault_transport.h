@@ -6,9 +6,13 @@
 //   1. fail_after_ops: once `fail_after_ops` operations (Put, Flush, SendMessage) have been made on
 //      the endpoint, every later one returns UNAVAILABLE and does nothing (a peer that died).
 //   2. delays: the operation sleeps first (never past its deadline: when the delay would cross the
-//      deadline it sleeps until the deadline and returns DEADLINE_EXCEEDED).
+//      deadline it sleeps until the deadline and returns DEADLINE_EXCEEDED) - except a put with
+//      `stall_puts`, which sleeps its whole delay and then posts anyway, as a writer stopped
+//      between its last deadline check and the post would (the late put fencing must survive).
 //   3. messages: a dropped message is reported sent (OK) but never delivered; a corrupted one is
 //      delivered with some bytes flipped.
+// Message faults (drop, corrupt, delay) apply only to messages `message_filter` selects (all
+// when it is empty), and message indices count only those.
 // Receiving (PollMessage, ReceiveFrom), registration and Connect pass straight through.
 //
 // Ownership: FaultTransport owns the wrapped transport; each FaultEndpoint owns its inner endpoint.
@@ -16,7 +20,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string_view>
 
 #include "absl/time/time.h"
 #include "kvtransfer/transport.h"
@@ -29,7 +35,10 @@ struct FaultConfig {
   int64_t corrupt_message_index = -1;  // flip bytes of the nth message of each endpoint; -1: none
   absl::Duration message_delay = absl::ZeroDuration();
   absl::Duration put_delay = absl::ZeroDuration();
+  bool stall_puts = false;      // put_delay ignores the put's deadline (see above)
   int64_t fail_after_ops = -1;  // UNAVAILABLE from operation number fail_after_ops on; -1: never
+  // Which messages the message faults apply to; empty: all.
+  std::function<bool(std::string_view payload)> message_filter;
 };
 
 // Flips bytes of `payload` in place (every 7th byte and the first and last): what corruption does.
@@ -72,7 +81,7 @@ class FaultEndpoint : public Endpoint {
 
   const Endpoint& inner() const { return *inner_; }
   int64_t operations() const { return ops_.load(); }
-  int64_t messages() const { return messages_.load(); }
+  int64_t messages() const { return messages_.load(); }  // those message_filter selected
 
   uint64_t peer_id() const override { return inner_->peer_id(); }
   absl::StatusOr<const RemoteRegion*> ImportRegion(const RegionDescriptor& region) override {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/strings/string_view.h"
 
 namespace estuary::kvtransfer {
@@ -106,6 +107,9 @@ class InProcessEndpoint : public Endpoint {
       return absl::InvalidArgumentError(absl::StrCat("put of ", bytes, " bytes at offset ",
                                                      dst_offset, " overruns a remote region of ",
                                                      remote.bytes(), " bytes"));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError("inproc put: its deadline passed before it was posted");
     }
     Registry& r = GlobalRegistry();
     absl::MutexLock lock(&r.mu);

@@ -1,18 +1,24 @@
 // The push protocol end to end: KvPusher (prefill pool, src TP) -> Transport -> KvReceiver
-// (decode pool, dst TP), byte-exact after head re-sharding, plus fingerprint / descriptor checks
-// and faults (dropped, delayed, corrupted completions; an endpoint failing mid-push; a dead peer).
+// (decode pool, dst TP), byte-exact after head re-sharding, plus fingerprint / descriptor checks,
+// the control codec's bounds, faults (dropped, delayed, corrupted completions; an endpoint
+// failing mid-push; a dead peer) and the writer's fencing (README "Fencing": no put before the
+// attach was accepted, none after the write deadline, a stalled put reported late).
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/container/flat_hash_set.h"
 #include "kvtransfer/fault_transport.h"
+#include "kvtransfer/kv_control_codec.h"
 #include "kvtransfer/fingerprint.h"
 #include "kvtransfer/inprocess_transport.h"
 #include "kvtransfer/kv_pusher.h"
@@ -174,10 +180,14 @@ std::vector<uint8_t> Provenance() {
 }
 
 // The two workers: a prefill pool (src_tp shards) and a decode pool (dst_tp shards) with a
-// receiver on `decode_transport`.
+// receiver on `decode_transport`, which lets every writer attach except to requests in `refuse`.
+// One World per prefill transport at a time (its AttachReplies reads that transport's inbox).
 struct World {
   World(Transport& prefill_transport, Transport& decode_transport, int src_tp, int dst_tp)
-      : prefill(MakePool(src_tp, 8)), decode(MakePool(dst_tp, 8)), cache(prefill_transport) {
+      : prefill(MakePool(src_tp, 8)),
+        decode(MakePool(dst_tp, 8)),
+        cache(prefill_transport),
+        replies(prefill_transport) {
     local_pages = *prefill->Allocate(3);
     auto taken = decode->Allocate(2);  // so destination ids differ from source ids
     remote_pages = *decode->Allocate(4);
@@ -188,23 +198,45 @@ struct World {
     auto r = KvReceiver::Create(decode_transport, *decode, Fingerprint());
     EXPECT_TRUE(r.ok()) << r.status();
     receiver = std::move(*r);
-    EXPECT_TRUE(receiver->Start([this](const estuary::v1::KvCompletion& c) { inbox.Add(c); }).ok());
+    KvReceiverCallbacks callbacks;
+    callbacks.on_attach = [this](const estuary::v1::KvAttach& a, uint64_t writer) {
+      absl::MutexLock lock(&mu);
+      if (refuse.contains(a.request_id())) return absl::FailedPreconditionError("refused");
+      return absl::OkStatus();
+    };
+    callbacks.on_completion = [this](const estuary::v1::KvCompletion& c, uint64_t) {
+      inbox.Add(c);
+    };
+    EXPECT_TRUE(receiver->Start(std::move(callbacks)).ok());
   }
 
+  estuary::v1::TransferDescriptor Describe(const std::string& request_id,
+                                           absl::Duration lease = absl::Seconds(30)) {
+    return receiver->Describe(request_id, remote_pages, In(lease), ++epochs);
+  }
   absl::StatusOr<std::unique_ptr<KvPusher>> Pusher(Transport& prefill_transport,
                                                    const std::string& request_id,
-                                                   absl::Duration timeout = absl::Seconds(10)) {
-    return KvPusher::Create(prefill_transport, cache, *prefill,
-                            receiver->Describe(request_id, remote_pages, In(absl::Seconds(30))),
-                            Fingerprint(), kPrompt, In(timeout));
+                                                   absl::Duration timeout = absl::Seconds(10),
+                                                   absl::Duration lease = absl::Seconds(30)) {
+    return KvPusher::Create(prefill_transport, cache, replies, *prefill,
+                            Describe(request_id, lease), Fingerprint(), kPrompt, In(timeout));
   }
 
   std::unique_ptr<KvPool> prefill, decode;
   std::vector<int32_t> local_pages, remote_pages;
   EndpointCache cache;
+  AttachReplies replies;
   Inbox inbox;
+  absl::Mutex mu;
+  absl::flat_hash_set<std::string> refuse ABSL_GUARDED_BY(mu);
+  uint64_t epochs = 0;
   std::unique_ptr<KvReceiver> receiver;  // last: stops before the rest goes
 };
+
+// Faults on KV completions only (the attach and its reply go through).
+bool IsCompletion(std::string_view payload) {
+  return PeekKvControlKind(payload) == KvControlKind::kCompletion;
+}
 
 void RoundTrip(Transport& prefill_transport, Transport& decode_transport, int src_tp, int dst_tp,
                int chunk) {
@@ -268,12 +300,47 @@ TEST_P(KvPushUcxTest, TcpTp2ToTp1) {
 
 INSTANTIATE_TEST_SUITE_P(Chunks, KvPushUcxTest, ::testing::Values(16, 7));
 
+// What the attach costs over UCX tcp when nothing overlaps it: the first PushLayer of a request
+// waits for the decode worker's answer (sent right after Create); the second does not. Endpoints
+// are cached after the first request, as in a worker.
+TEST(KvPushUcxAttachTest, TheAttachRoundTripIsSmall) {
+  UcxTransportOptions options;
+  options.tls = "tcp";
+  auto prefill = UcxTransport::Create(options);
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  auto decode = UcxTransport::Create(options);
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  World w(**prefill, **decode, 1, 1);
+  const auto pages = absl::MakeConstSpan(w.local_pages).subspan(0, 1);
+  std::vector<double> first_us, second_us;
+  for (int i = 0; i < 21; ++i) {
+    auto pusher = w.Pusher(**prefill, absl::StrCat("attach-", i));
+    ASSERT_TRUE(pusher.ok()) << pusher.status();
+    absl::Time start = absl::Now();
+    ASSERT_TRUE((*pusher)->PushLayer(0, 0, 0, kBlock, pages, 0).ok());
+    const double first = absl::ToDoubleMicroseconds(absl::Now() - start);
+    start = absl::Now();
+    ASSERT_TRUE((*pusher)->PushLayer(0, 1, 0, kBlock, pages, 0).ok());
+    const double second = absl::ToDoubleMicroseconds(absl::Now() - start);
+    if (i > 0) {  // the first request also connected both ways
+      first_us.push_back(first);
+      second_us.push_back(second);
+    }
+    ASSERT_TRUE((*pusher)->Abort(absl::CancelledError("done")).ok());
+  }
+  std::sort(first_us.begin(), first_us.end());
+  std::sort(second_us.begin(), second_us.end());
+  std::printf("[figure] ucx tcp: first PushLayer (waits for the attach answer) median %.0f us, "
+              "a later one %.0f us\n",
+              first_us[first_us.size() / 2], second_us[second_us.size() / 2]);
+  EXPECT_LT(first_us[first_us.size() / 2], 50000);  // well under a prefill step on any machine
+}
+
 TEST(KvPushTest, FingerprintMismatchIsRefusedNamingBoth) {
   auto prefill = InProcessTransport::Create();
   auto decode = InProcessTransport::Create();
   World w(*prefill, *decode, 1, 1);
-  auto pusher = KvPusher::Create(*prefill, w.cache, *w.prefill,
-                                 w.receiver->Describe("r", w.remote_pages, In(absl::Seconds(5))),
+  auto pusher = KvPusher::Create(*prefill, w.cache, w.replies, *w.prefill, w.Describe("r"),
                                  Fingerprint("other-model"), kPrompt, In(absl::Seconds(5)));
   ASSERT_FALSE(pusher.ok());
   EXPECT_EQ(pusher.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -286,9 +353,9 @@ TEST(KvPushTest, BadDescriptorsAreRefused) {
   auto prefill = InProcessTransport::Create();
   auto decode = InProcessTransport::Create();
   World w(*prefill, *decode, 2, 1);
-  const auto good = w.receiver->Describe("r", w.remote_pages, In(absl::Seconds(5)));
+  const auto good = w.Describe("r");
   auto create = [&](const estuary::v1::TransferDescriptor& d, int tokens = kPrompt) {
-    return KvPusher::Create(*prefill, w.cache, *w.prefill, d, Fingerprint(), tokens,
+    return KvPusher::Create(*prefill, w.cache, w.replies, *w.prefill, d, Fingerprint(), tokens,
                             In(absl::Seconds(5)))
         .status();
   };
@@ -313,9 +380,21 @@ TEST(KvPushTest, BadDescriptorsAreRefused) {
   d = good;
   d.mutable_ranks(0)->mutable_layers()->RemoveLast();
   EXPECT_THAT(create(d).message(), HasSubstr("layer regions"));
+  d = good;
+  d.set_page_ids(1, d.page_ids(0));
+  EXPECT_THAT(create(d).message(), HasSubstr("named twice"));
+  d = good;
+  d.clear_reservation_epoch();
+  EXPECT_THAT(create(d).message(), HasSubstr("reservation_epoch"));
+  d = good;
+  d.clear_lease_deadline_unix_ms();
+  EXPECT_THAT(create(d).message(), HasSubstr("lease"));
+  d = good;  // a lease that ends within the writer's skew margin: nothing may be written
+  d.set_lease_deadline_unix_ms(absl::ToUnixMillis(In(KvPusher::kLeaseSkewMargin / 2)));
+  EXPECT_EQ(create(d).code(), absl::StatusCode::kDeadlineExceeded);
   // Bad PushLayer arguments.
-  auto pusher = KvPusher::Create(*prefill, w.cache, *w.prefill, good, Fingerprint(), kPrompt,
-                                 In(absl::Seconds(5)));
+  auto pusher = KvPusher::Create(*prefill, w.cache, w.replies, *w.prefill, good, Fingerprint(),
+                                 kPrompt, In(absl::Seconds(5)));
   ASSERT_TRUE(pusher.ok());
   auto pages = absl::MakeConstSpan(w.local_pages);
   EXPECT_EQ((*pusher)->PushLayer(2, 0, 0, 16, pages.subspan(0, 1), 0).code(),
@@ -332,17 +411,137 @@ TEST(KvPushTest, CompletionCodecRejectsGarbage) {
   c.set_request_id("x");
   c.set_num_tokens(2);
   c.set_provenance(std::string("\x01\xff", 2));
+  c.set_reservation_epoch(9);
   const std::string wire = EncodeKvCompletion(c);
+  EXPECT_EQ(PeekKvControlKind(wire), KvControlKind::kCompletion);
   auto back = DecodeKvCompletion(wire);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->provenance(), c.provenance());
+  EXPECT_EQ(back->reservation_epoch(), 9u);
   std::string corrupted = wire;
   CorruptBytes(corrupted);
   EXPECT_FALSE(DecodeKvCompletion(corrupted).ok());
   EXPECT_FALSE(DecodeKvCompletion("").ok());
   EXPECT_FALSE(DecodeKvCompletion(wire.substr(0, wire.size() - 1)).ok());
-  c.set_num_tokens(3);  // provenance length mismatch
-  EXPECT_FALSE(DecodeKvCompletion(EncodeKvCompletion(c)).ok());
+  auto refused = [](estuary::v1::KvCompletion bad) {
+    return DecodeKvCompletion(EncodeKvCompletion(bad)).status().code();
+  };
+  estuary::v1::KvCompletion bad = c;
+  bad.set_num_tokens(3);  // provenance length mismatch
+  EXPECT_EQ(refused(bad), absl::StatusCode::kInvalidArgument);
+  bad = c;
+  bad.clear_reservation_epoch();
+  EXPECT_EQ(refused(bad), absl::StatusCode::kInvalidArgument);
+  bad = c;
+  bad.set_request_id(std::string(kMaxKvRequestIdBytes + 1, 'r'));
+  EXPECT_EQ(refused(bad), absl::StatusCode::kInvalidArgument);
+  bad = c;
+  bad.set_num_tokens(kMaxKvPromptTokens + 1);
+  bad.set_status_code(static_cast<int>(absl::StatusCode::kAborted));  // no provenance check
+  EXPECT_EQ(refused(bad), absl::StatusCode::kInvalidArgument);
+  bad = c;
+  bad.set_status_code(17);
+  EXPECT_EQ(refused(bad), absl::StatusCode::kInvalidArgument);
+  bad = c;
+  bad.set_status_code(static_cast<int>(absl::StatusCode::kAborted));
+  bad.set_status_message(std::string(kMaxKvStatusMessageBytes + 1, 'm'));
+  EXPECT_EQ(refused(bad), absl::StatusCode::kInvalidArgument);
+  // An attach is not a completion, and the other way round.
+  estuary::v1::KvAttach a;
+  a.set_request_id("x");
+  a.set_reservation_epoch(9);
+  a.set_writer_address("addr");
+  EXPECT_EQ(DecodeKvCompletion(EncodeKvAttach(a)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(DecodeKvAttach(wire).ok());
+}
+
+TEST(KvPushTest, AttachCodecsBoundEveryField) {
+  estuary::v1::KvAttach a;
+  a.set_request_id("req");
+  a.set_reservation_epoch(0x1234);
+  a.set_writer_address("writer");
+  const std::string wire = EncodeKvAttach(a);
+  EXPECT_EQ(PeekKvControlKind(wire), KvControlKind::kAttach);
+  auto back = DecodeKvAttach(wire);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->writer_address(), "writer");
+  estuary::v1::KvAttach bad = a;
+  bad.clear_reservation_epoch();
+  EXPECT_FALSE(DecodeKvAttach(EncodeKvAttach(bad)).ok());
+  bad = a;
+  bad.set_writer_address(std::string(kMaxKvWriterAddressBytes + 1, 'w'));
+  EXPECT_FALSE(DecodeKvAttach(EncodeKvAttach(bad)).ok());
+  bad = a;
+  bad.clear_writer_address();
+  EXPECT_FALSE(DecodeKvAttach(EncodeKvAttach(bad)).ok());
+  bad = a;
+  bad.clear_request_id();
+  EXPECT_FALSE(DecodeKvAttach(EncodeKvAttach(bad)).ok());
+
+  estuary::v1::KvAttachReply r;
+  r.set_request_id("req");
+  r.set_reservation_epoch(0x1234);
+  r.set_status_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  r.set_status_message("aborted");
+  auto reply = DecodeKvAttachReply(EncodeKvAttachReply(r));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->status_message(), "aborted");
+  r.set_status_code(-1);
+  EXPECT_FALSE(DecodeKvAttachReply(EncodeKvAttachReply(r)).ok());
+  EXPECT_EQ(PeekKvControlKind("EKX1 and more"), KvControlKind::kUnknown);
+}
+
+// --- Fencing: the writer's side -------------------------------------------------------------
+
+// A refused attach: not one put is posted, and the pusher stays failed.
+TEST(KvPushFenceTest, NoPutWithoutAnAcceptedAttach) {
+  auto prefill = InProcessTransport::Create();
+  auto decode = InProcessTransport::Create();
+  World w(*prefill, *decode, 1, 1);
+  {
+    absl::MutexLock lock(&w.mu);
+    w.refuse.insert("refused");
+  }
+  auto pusher = w.Pusher(*prefill, "refused");
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  absl::Status s = PushPrompt(**pusher, 1, w.local_pages, 16);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("refused"));
+  EXPECT_EQ((*pusher)->puts(), 0);
+  EXPECT_EQ(CountMismatches(*w.decode, w.remote_pages, 0), 0);  // every byte untouched
+  EXPECT_EQ((*pusher)->Complete(7, Provenance(), kPrompt).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(w.receiver->attaches(), 1);
+}
+
+// The writer stops at the lease less kLeaseSkewMargin: the first chunk lands, nothing after the
+// write deadline does, Complete is refused, and the abort completion carries the epoch.
+TEST(KvPushFenceTest, TheWriterStopsAtItsWriteDeadline) {
+  auto prefill = InProcessTransport::Create();
+  auto decode = InProcessTransport::Create();
+  World w(*prefill, *decode, 1, 1);
+  auto pusher = w.Pusher(*prefill, "leased", absl::Seconds(10),
+                         /*lease=*/KvPusher::kLeaseSkewMargin + absl::Milliseconds(900));
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  const auto pages = absl::MakeConstSpan(w.local_pages);
+  for (int l = 0; l < kLayers; ++l) {
+    ASSERT_TRUE((*pusher)->PushLayer(0, l, 0, kBlock, pages.subspan(0, 1), 0).ok());
+  }
+  absl::SleepFor((*pusher)->write_deadline() - absl::Now() + absl::Milliseconds(20));
+  const int64_t puts = (*pusher)->puts();
+  absl::Status late = (*pusher)->PushLayer(0, 0, kBlock, kPrompt, pages.subspan(1, 2), 1);
+  EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded) << late;
+  EXPECT_EQ((*pusher)->puts(), puts);
+  EXPECT_FALSE((*pusher)->late_put());
+  EXPECT_FALSE((*pusher)->Complete(7, Provenance(), kPrompt).ok());
+  ASSERT_TRUE((*pusher)->Abort(late).ok());
+  auto c = w.inbox.Wait(absl::Seconds(5));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->status_code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_EQ(c->reservation_epoch(), w.epochs);
+  EXPECT_FALSE(c->late_put());
+  EXPECT_EQ(CountMismatches(*w.decode, w.remote_pages, kBlock), 0);  // only the first page
 }
 
 // --- Faults (FaultTransport on the prefill side) ---------------------------------------------
@@ -358,7 +557,7 @@ struct FaultWorld {
 };
 
 TEST(KvPushFaultTest, DroppedCompletionNeverArrives) {
-  FaultWorld f({.drop_all_messages = true});
+  FaultWorld f({.drop_all_messages = true, .message_filter = IsCompletion});
   auto pusher = f.world->Pusher(f.prefill, "dropped");
   ASSERT_TRUE(pusher.ok()) << pusher.status();
   ASSERT_TRUE(PushPrompt(**pusher, 1, f.world->local_pages, 16).ok());
@@ -368,7 +567,7 @@ TEST(KvPushFaultTest, DroppedCompletionNeverArrives) {
 }
 
 TEST(KvPushFaultTest, DelayedCompletionArrivesLate) {
-  FaultWorld f({.message_delay = absl::Milliseconds(150)});
+  FaultWorld f({.message_delay = absl::Milliseconds(150), .message_filter = IsCompletion});
   auto pusher = f.world->Pusher(f.prefill, "slow");
   ASSERT_TRUE(pusher.ok()) << pusher.status();
   ASSERT_TRUE(PushPrompt(**pusher, 1, f.world->local_pages, 16).ok());
@@ -392,7 +591,7 @@ TEST(KvPushFaultTest, DelayPastDeadlineFailsTheRequest) {
 }
 
 TEST(KvPushFaultTest, CorruptedCompletionIsDroppedAndTheEndpointReused) {
-  FaultWorld f({.corrupt_message_index = 0});
+  FaultWorld f({.corrupt_message_index = 0, .message_filter = IsCompletion});
   auto first = f.world->Pusher(f.prefill, "corrupted");
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(PushPrompt(**first, 1, f.world->local_pages, 16).ok());
@@ -441,6 +640,8 @@ TEST(KvPushFaultTest, DeadPeerIsUnavailableForThisRequestOnly) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_FALSE((*pusher)->Abort(s).ok());  // nobody to tell; the lease was on the dead side
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  pusher->reset();
+  w.reset();  // one World (AttachReplies) per prefill transport at a time
 
   // A new decode worker: the same prefill transport and cache serve it.
   auto decode2 = InProcessTransport::Create();
@@ -451,6 +652,40 @@ TEST(KvPushFaultTest, DeadPeerIsUnavailableForThisRequestOnly) {
   ASSERT_TRUE((*ok)->Complete(1, Provenance(), kPrompt).ok());
   ASSERT_TRUE(w2.inbox.Wait(absl::Seconds(5)).has_value());
   EXPECT_EQ(CountMismatches(*w2.decode, w2.remote_pages, kPrompt), 0);
+}
+
+// A writer that stalls between its deadline check and the post (a stopped process) posts late:
+// the pusher notices and says so in its completion, for the decode side to act on.
+TEST(KvPushFenceTest, AStalledPutIsReportedLate) {
+  FaultWorld f({.put_delay = absl::Milliseconds(600), .stall_puts = true});
+  auto pusher = f.world->Pusher(f.prefill, "stalled", absl::Seconds(10),
+                                /*lease=*/KvPusher::kLeaseSkewMargin + absl::Milliseconds(300));
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  const auto pages = absl::MakeConstSpan(f.world->local_pages);
+  ASSERT_TRUE((*pusher)->PushLayer(0, 0, 0, kBlock, pages.subspan(0, 1), 0).ok());
+  EXPECT_TRUE((*pusher)->late_put());
+  ASSERT_TRUE((*pusher)->Abort(absl::DeadlineExceededError("lease")).ok());
+  auto c = f.world->inbox.Wait(absl::Seconds(5));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_TRUE(c->late_put());
+}
+
+// A lost attach (a connection that broke under it) costs a resend interval, not the deadline.
+TEST(KvPushFenceTest, ALostAttachIsSentAgain) {
+  FaultWorld f({.drop_message_index = 0, .message_filter = [](std::string_view payload) {
+                  return PeekKvControlKind(payload) == KvControlKind::kAttach;
+                }});
+  auto pusher = f.world->Pusher(f.prefill, "resent");
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(PushPrompt(**pusher, 1, f.world->local_pages, 16).ok());
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, KvPusher::kAttachResend);
+  EXPECT_LT(took, KvPusher::kAttachResend + absl::Seconds(2));
+  EXPECT_EQ(f.world->receiver->attaches(), 1);  // the dropped one never arrived
+  ASSERT_TRUE((*pusher)->Complete(7, Provenance(), kPrompt).ok());
+  ASSERT_TRUE(f.world->inbox.Wait(absl::Seconds(5)).has_value());
+  EXPECT_EQ(CountMismatches(*f.world->decode, f.world->remote_pages, kPrompt), 0);
 }
 
 }  // namespace

@@ -2,11 +2,12 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/common/status_macros.h"
 #include "kvtransfer/fingerprint.h"
-#include "kvtransfer/kv_receiver.h"
+#include "kvtransfer/kv_control_codec.h"
 
 namespace estuary::kvtransfer {
 namespace {
@@ -26,82 +27,30 @@ std::string AsciiMessage(absl::string_view message) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// CachedEndpoint / EndpointCache
-
-absl::StatusOr<const RemoteRegion*> CachedEndpoint::Import(const RegionDescriptor& region) {
-  std::string key = absl::StrCat(region.base, ":", region.bytes, ":");
-  key.append(region.rkey);
-  absl::MutexLock lock(&mu_);
-  if (auto it = imported_.find(key); it != imported_.end()) return it->second;
-  ESTUARY_ASSIGN_OR_RETURN(const RemoteRegion* remote, endpoint_->ImportRegion(region));
-  imported_.emplace(std::move(key), remote);
-  return remote;
-}
-
-absl::Status CachedEndpoint::Put(const void* local, size_t bytes, const RemoteRegion& dst,
-                                 uint64_t dst_offset, absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  return endpoint_->Put(local, bytes, dst, dst_offset, deadline);
-}
-
-absl::Status CachedEndpoint::Flush(absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  return endpoint_->Flush(deadline);
-}
-
-absl::Status CachedEndpoint::SendMessage(std::string_view payload, absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  return endpoint_->SendMessage(payload, deadline);
-}
-
-absl::Status CachedEndpoint::Health() const {
-  absl::MutexLock lock(&mu_);
-  return endpoint_->Health();
-}
-
-absl::StatusOr<std::shared_ptr<CachedEndpoint>> EndpointCache::Get(std::string_view peer_address,
-                                                                   int src_rank,
-                                                                   absl::Time deadline) {
-  std::shared_ptr<Slot> slot;
-  {
-    absl::MutexLock lock(&mu_);
-    std::shared_ptr<Slot>& s = slots_[std::make_pair(std::string(peer_address), src_rank)];
-    if (s == nullptr) s = std::make_shared<Slot>();
-    slot = s;
-  }
-  absl::MutexLock lock(&slot->mu);
-  if (slot->current != nullptr && slot->current->Health().ok()) return slot->current;
-  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> endpoint,
-                           transport_.Connect(peer_address, deadline));
-  {
-    absl::MutexLock counter_lock(&mu_);
-    ++connects_;
-  }
-  slot->current = std::make_shared<CachedEndpoint>(std::move(endpoint));
-  return slot->current;
-}
-
-int64_t EndpointCache::connects() const {
-  absl::MutexLock lock(&mu_);
-  return connects_;
-}
-
-// ---------------------------------------------------------------------------------------------
 // KvPusher
 
-KvPusher::KvPusher(Transport& transport, EndpointCache& endpoints, const KvPool& local_pool,
-                   const estuary::v1::TransferDescriptor& descriptor, int num_prompt_tokens,
-                   absl::Time deadline)
+KvPusher::KvPusher(Transport& transport, EndpointCache& endpoints, AttachReplies& attach_replies,
+                   const KvPool& local_pool, const estuary::v1::TransferDescriptor& descriptor,
+                   int num_prompt_tokens, absl::Time deadline, absl::Time write_deadline)
     : transport_(transport),
       endpoints_(endpoints),
+      attach_replies_(attach_replies),
       local_pool_(local_pool),
       descriptor_(descriptor),
       num_prompt_tokens_(num_prompt_tokens),
-      deadline_(deadline) {}
+      write_deadline_(write_deadline),
+      deadline_(std::min(deadline, write_deadline)) {}
+
+KvPusher::~KvPusher() {
+  absl::MutexLock lock(&attach_mu_);
+  if (attach_sent_ && !attached_.has_value()) {
+    attach_replies_.Forget(descriptor_.request_id(), descriptor_.reservation_epoch());
+  }
+}
 
 absl::StatusOr<std::unique_ptr<KvPusher>> KvPusher::Create(
-    Transport& transport, EndpointCache& endpoints, const KvPool& local_pool,
-    const estuary::v1::TransferDescriptor& descriptor,
+    Transport& transport, EndpointCache& endpoints, AttachReplies& attach_replies,
+    const KvPool& local_pool, const estuary::v1::TransferDescriptor& descriptor,
     const estuary::v1::KvFormatFingerprint& local_fingerprint, int num_prompt_tokens,
     absl::Time deadline) {
   // 1. Same KV format on both ends.
@@ -131,6 +80,16 @@ absl::StatusOr<std::unique_ptr<KvPusher>> KvPusher::Create(
                std::string(transport.kind()), "'");
   }
   if (descriptor.worker_address().empty()) return bad("empty worker_address");
+  if (descriptor.reservation_epoch() == 0) return bad("no reservation_epoch");
+  if (descriptor.lease_deadline_unix_ms() <= 0) return bad("no lease_deadline_unix_ms");
+  const absl::Time write_deadline =
+      absl::FromUnixMillis(descriptor.lease_deadline_unix_ms()) - kLeaseSkewMargin;
+  if (absl::Now() >= write_deadline) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "transfer descriptor for '", id, "': the reservation's lease ends at ",
+        absl::FormatTime(absl::FromUnixMillis(descriptor.lease_deadline_unix_ms())),
+        "; nothing may be written after ", absl::FormatDuration(kLeaseSkewMargin), " before it"));
+  }
   const int dst_tp = descriptor.tp_size();
   const estuary::v1::KvLayoutSpec& dl = descriptor.layout();
   if (dst_tp <= 0 || total_heads % dst_tp != 0 || dl.n_kv_heads() * dst_tp != total_heads) {
@@ -162,8 +121,10 @@ absl::StatusOr<std::unique_ptr<KvPusher>> KvPusher::Create(
   ReshardShape shape{total_heads, local.head_dim, local.block_size, kDtypeBytes};
   const int64_t dst_page_bytes = PageLayerBytes(shape, dst_tp);
   int64_t max_page = 0;
+  absl::flat_hash_set<int32_t> distinct;
   for (int32_t page : descriptor.page_ids()) {
     if (page < 0) return bad("negative page id ", page);
+    if (!distinct.insert(page).second) return bad("page id ", page, " named twice");
     max_page = std::max<int64_t>(max_page, page);
   }
   for (int r = 0; r < dst_tp; ++r) {
@@ -183,8 +144,9 @@ absl::StatusOr<std::unique_ptr<KvPusher>> KvPusher::Create(
 
   // 4. Plan, connect, import.
   ESTUARY_ASSIGN_OR_RETURN(std::vector<RankPairPlan> plan, PlanReshard(shape, src_tp, dst_tp));
-  std::unique_ptr<KvPusher> p(new KvPusher(transport, endpoints, local_pool, descriptor,
-                                           num_prompt_tokens, deadline));
+  std::unique_ptr<KvPusher> p(new KvPusher(transport, endpoints, attach_replies, local_pool,
+                                           descriptor, num_prompt_tokens, deadline,
+                                           write_deadline));
   p->src_tp_ = src_tp;
   p->dst_tp_ = dst_tp;
   p->block_size_ = local.block_size;
@@ -216,7 +178,78 @@ absl::StatusOr<std::unique_ptr<KvPusher>> KvPusher::Create(
     }
     p->links_[static_cast<size_t>(pair.src_rank)].push_back(std::move(link));
   }
+
+  // 5. Attach: the decode worker's answer is awaited before the first put.
+  p->attach_.set_request_id(id);
+  p->attach_.set_reservation_epoch(descriptor.reservation_epoch());
+  p->attach_.set_writer_address(transport.Address());
+  attach_replies.Expect(id, descriptor.reservation_epoch());
+  if (absl::Status sent = p->Send(EncodeKvAttach(p->attach_), p->deadline_, 1); !sent.ok()) {
+    attach_replies.Forget(id, descriptor.reservation_epoch());
+    return sent;
+  }
+  absl::MutexLock lock(&p->attach_mu_);
+  p->attach_sent_ = true;
   return p;
+}
+
+absl::Status KvPusher::Attached() {
+  absl::MutexLock lock(&attach_mu_);
+  const std::string& id = descriptor_.request_id();
+  const uint64_t epoch = descriptor_.reservation_epoch();
+  // Waits in slices, so that a decode worker that dies meanwhile ends the wait at once, and sends
+  // the attach again now and then: a message lost with a broken connection costs a resend
+  // interval, not the whole deadline (the decode worker answers every copy).
+  absl::Time resend = absl::Now() + kAttachResend;
+  while (!attached_.has_value()) {
+    const absl::Time slice = std::min(deadline_, absl::Now() + absl::Milliseconds(50));
+    absl::Status answer = attach_replies_.Await(id, epoch, slice);
+    if (absl::IsDeadlineExceeded(answer) && slice < deadline_) {
+      for (const std::shared_ptr<CachedEndpoint>& ep : used_) {
+        if (absl::Status health = ep->Health(); !health.ok()) answer = health;
+      }
+      if (absl::IsDeadlineExceeded(answer)) {
+        if (absl::Now() >= resend) {
+          resend = absl::Now() + kAttachResend;
+          if (absl::Status sent = Send(EncodeKvAttach(attach_), deadline_, 2); !sent.ok()) {
+            answer = sent;
+          }
+        }
+        if (absl::IsDeadlineExceeded(answer)) continue;
+      }
+    }
+    if (!answer.ok()) {
+      attach_replies_.Forget(id, epoch);
+      answer = absl::Status(answer.code(),
+                            absl::StrCat("KV push of '", id, "': attach: ", answer.message()));
+    }
+    attached_ = std::move(answer);
+  }
+  return *attached_;
+}
+
+absl::Status KvPusher::FencedPut(CachedEndpoint& endpoint, const void* local, size_t bytes,
+                                 const RemoteRegion& dst, uint64_t dst_offset) {
+  if (absl::Now() >= write_deadline_) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "KV push of '", descriptor_.request_id(), "': the reservation's lease ends (writes stop ",
+        absl::FormatDuration(kLeaseSkewMargin), " before it)"));
+  }
+  // The endpoint does not post past deadline_ <= write_deadline_ either; a stall between that
+  // check and the post is caught below.
+  ESTUARY_RETURN_IF_ERROR(endpoint.Put(local, bytes, dst, dst_offset, deadline_));
+  if (absl::Now() >= write_deadline_) late_put_.store(true);
+  puts_.fetch_add(1, std::memory_order_relaxed);
+  bytes_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+estuary::v1::KvCompletion KvPusher::NewCompletion() const {
+  estuary::v1::KvCompletion c;
+  c.set_request_id(descriptor_.request_id());
+  c.set_reservation_epoch(descriptor_.reservation_epoch());
+  c.set_late_put(late_put_.load());
+  return c;
 }
 
 absl::Status KvPusher::Failed() const {
@@ -255,6 +288,13 @@ absl::Status KvPusher::PushLayer(int src_rank, int layer, int first_pos, int end
         end_page, ") but got ", local_pages.size(), " pages from index ", first_page_index));
   }
   ESTUARY_RETURN_IF_ERROR(Failed());
+  if (absl::Status attached = Attached(); !attached.ok()) {
+    RecordFailure(attached);
+    return attached;
+  }
+  // Abort() waits for the puts posted under this lock, and none is posted after it.
+  absl::ReaderMutexLock pushing(&push_mu_);
+  ESTUARY_RETURN_IF_ERROR(Failed());
   for (int i = first_page; i < end_page; ++i) {
     const int32_t local_page = local_pages[static_cast<size_t>(i - first_page)];
     if (local_page < 0 || local_page >= local_pool_.num_pages()) {
@@ -286,10 +326,9 @@ absl::Status KvPusher::PutPage(int src_rank, int layer, int32_t local_page, int3
     if (full) {
       // Whole page-layer: the plan's chunks (K and V of the overlapping heads).
       for (const CopyChunk& c : link.chunks) {
-        ESTUARY_RETURN_IF_ERROR(link.endpoint->Put(src + c.src_offset, static_cast<size_t>(c.bytes),
-                                                   dst, dst_page + c.dst_offset, deadline_));
-        puts_.fetch_add(1, std::memory_order_relaxed);
-        bytes_.fetch_add(c.bytes, std::memory_order_relaxed);
+        ESTUARY_RETURN_IF_ERROR(FencedPut(*link.endpoint, src + c.src_offset,
+                                          static_cast<size_t>(c.bytes), dst,
+                                          dst_page + c.dst_offset));
       }
       continue;
     }
@@ -304,19 +343,15 @@ absl::Status KvPusher::PutPage(int src_rank, int layer, int32_t local_page, int3
             (int64_t{kv} * src_heads_ + (h - src_lo)) * head_bytes + slot_begin * slot_bytes;
         const int64_t dst_off =
             (int64_t{kv} * dst_heads_ + (h - dst_lo)) * head_bytes + slot_begin * slot_bytes;
-        ESTUARY_RETURN_IF_ERROR(link.endpoint->Put(src + src_off, static_cast<size_t>(bytes), dst,
-                                                   dst_page + dst_off, deadline_));
-        puts_.fetch_add(1, std::memory_order_relaxed);
-        bytes_.fetch_add(bytes, std::memory_order_relaxed);
+        ESTUARY_RETURN_IF_ERROR(FencedPut(*link.endpoint, src + src_off,
+                                          static_cast<size_t>(bytes), dst, dst_page + dst_off));
       }
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status KvPusher::Send(const estuary::v1::KvCompletion& completion, absl::Time deadline,
-                            int attempts) {
-  const std::string payload = EncodeKvCompletion(completion);
+absl::Status KvPusher::Send(const std::string& payload, absl::Time deadline, int attempts) {
   absl::Status last;
   for (int i = 0; i < attempts; ++i) {
     absl::StatusOr<std::shared_ptr<CachedEndpoint>> ep =
@@ -337,22 +372,27 @@ absl::Status KvPusher::Complete(int32_t first_token, absl::Span<const uint8_t> p
         " provenance bytes for a prompt of ", num_prompt_tokens_));
   }
   ESTUARY_RETURN_IF_ERROR(Failed());
+  absl::Status status = Attached();
   for (const std::shared_ptr<CachedEndpoint>& ep : used_) {
-    if (absl::Status s = ep->Flush(deadline_); !s.ok()) {
-      RecordFailure(s);
-      return s;
-    }
+    if (status.ok()) status = ep->Flush(deadline_);
   }
-  estuary::v1::KvCompletion c;
-  c.set_request_id(descriptor_.request_id());
-  c.set_num_tokens(num_tokens);
-  c.set_first_token(first_token);
-  c.set_provenance(std::string(provenance.begin(), provenance.end()));
-  c.set_status_code(0);
-  if (first_token_logprobs != nullptr) *c.mutable_first_token_logprobs() = *first_token_logprobs;
-  if (absl::Status s = Send(c, deadline_, 1); !s.ok()) {
-    RecordFailure(s);
-    return s;
+  if (status.ok() && absl::Now() >= write_deadline_) {
+    status = absl::DeadlineExceededError(absl::StrCat(
+        "KV push of '", descriptor_.request_id(), "': the reservation's lease ended before the "
+        "KV was complete"));
+  }
+  if (status.ok()) {
+    estuary::v1::KvCompletion c = NewCompletion();
+    c.set_num_tokens(num_tokens);
+    c.set_first_token(first_token);
+    c.set_provenance(std::string(provenance.begin(), provenance.end()));
+    c.set_status_code(0);
+    if (first_token_logprobs != nullptr) *c.mutable_first_token_logprobs() = *first_token_logprobs;
+    status = Send(EncodeKvCompletion(c), deadline_, 1);
+  }
+  if (!status.ok()) {
+    RecordFailure(status);
+    return status;
   }
   absl::MutexLock lock(&mu_);
   completed_ = true;
@@ -361,6 +401,7 @@ absl::Status KvPusher::Complete(int32_t first_token, absl::Span<const uint8_t> p
 
 absl::Status KvPusher::Abort(const absl::Status& reason) {
   {
+    absl::WriterMutexLock no_more_puts(&push_mu_);
     absl::MutexLock lock(&mu_);
     if (completed_) {
       return absl::FailedPreconditionError(
@@ -370,15 +411,20 @@ absl::Status KvPusher::Abort(const absl::Status& reason) {
     aborted_ = true;
   }
   const absl::Time deadline = std::max(deadline_, absl::Now() + kAbortGrace);
-  // Let posted puts land before the decode worker frees (and reuses) the pages.
+  // Let posted puts land before the decode worker frees (and reuses) the pages: the completion
+  // below says that nothing more will land, so it is not sent while puts may be in flight.
   for (const std::shared_ptr<CachedEndpoint>& ep : used_) {
-    if (ep->Health().ok()) (void)ep->Flush(deadline);
+    if (!ep->Health().ok()) continue;  // a failed endpoint delivers nothing more
+    if (absl::Status flushed = ep->Flush(deadline); !flushed.ok() && ep->Health().ok()) {
+      return absl::Status(flushed.code(),
+                          absl::StrCat("KV push of '", descriptor_.request_id(),
+                                       "': abort not sent, a flush failed: ", flushed.message()));
+    }
   }
-  estuary::v1::KvCompletion c;
-  c.set_request_id(descriptor_.request_id());
+  estuary::v1::KvCompletion c = NewCompletion();
   c.set_status_code(static_cast<int>(reason.ok() ? absl::StatusCode::kAborted : reason.code()));
   c.set_status_message(AsciiMessage(reason.ok() ? "aborted" : reason.message()));
-  return Send(c, deadline, 2);
+  return Send(EncodeKvCompletion(c), deadline, 2);
 }
 
 }  // namespace estuary::kvtransfer

@@ -1,6 +1,5 @@
 #include "kvtransfer/kv_receiver.h"
 
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,63 +8,6 @@
 #include "kvtransfer/fingerprint.h"
 
 namespace estuary::kvtransfer {
-namespace {
-
-constexpr char kMagic[4] = {'E', 'K', 'C', '1'};
-constexpr size_t kChecksumBytes = 8;
-
-uint64_t Checksum(std::string_view bytes) { return Transport::PeerId(bytes); }  // FNV-1a 64
-
-}  // namespace
-
-std::string EncodeKvCompletion(const estuary::v1::KvCompletion& completion) {
-  std::string body = completion.SerializeAsString();
-  std::string out;
-  out.reserve(sizeof(kMagic) + body.size() + kChecksumBytes);
-  out.append(kMagic, sizeof(kMagic));
-  out.append(body);
-  const uint64_t sum = Checksum(body);
-  for (size_t i = 0; i < kChecksumBytes; ++i) out.push_back(static_cast<char>(sum >> (8 * i)));
-  return out;
-}
-
-absl::StatusOr<estuary::v1::KvCompletion> DecodeKvCompletion(std::string_view payload) {
-  if (payload.size() < sizeof(kMagic) + kChecksumBytes ||
-      std::memcmp(payload.data(), kMagic, sizeof(kMagic)) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not a KV completion message (", payload.size(), " bytes, bad magic)"));
-  }
-  const std::string_view body =
-      payload.substr(sizeof(kMagic), payload.size() - sizeof(kMagic) - kChecksumBytes);
-  uint64_t sum = 0;
-  for (size_t i = 0; i < kChecksumBytes; ++i) {
-    sum |= uint64_t{static_cast<uint8_t>(payload[payload.size() - kChecksumBytes + i])} << (8 * i);
-  }
-  if (sum != Checksum(body)) {
-    return absl::InvalidArgumentError("KV completion message checksum mismatch (corrupted)");
-  }
-  estuary::v1::KvCompletion c;
-  if (!c.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
-    return absl::InvalidArgumentError("KV completion message does not parse");
-  }
-  if (c.request_id().empty()) {
-    return absl::InvalidArgumentError("KV completion without a request id");
-  }
-  if (c.num_tokens() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("KV completion for ", c.request_id(), ": negative num_tokens"));
-  }
-  if (c.status_code() < 0 || c.status_code() > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
-    return absl::InvalidArgumentError(absl::StrCat("KV completion for ", c.request_id(),
-                                                   ": unknown status code ", c.status_code()));
-  }
-  if (c.status_code() == 0 && c.provenance().size() != static_cast<size_t>(c.num_tokens())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "KV completion for ", c.request_id(), ": ", c.provenance().size(),
-        " provenance bytes for ", c.num_tokens(), " tokens"));
-  }
-  return c;
-}
 
 absl::StatusOr<std::unique_ptr<KvReceiver>> KvReceiver::Create(
     Transport& transport, KvPool& pool, estuary::v1::KvFormatFingerprint fingerprint) {
@@ -94,13 +36,17 @@ absl::StatusOr<std::unique_ptr<KvReceiver>> KvReceiver::Create(
 
 KvReceiver::KvReceiver(Transport& transport, KvPool& pool,
                        estuary::v1::KvFormatFingerprint fingerprint)
-    : transport_(transport), pool_(pool), fingerprint_(std::move(fingerprint)) {}
+    : transport_(transport),
+      pool_(pool),
+      fingerprint_(std::move(fingerprint)),
+      writers_(transport) {}
 
 KvReceiver::~KvReceiver() { Stop(); }
 
 estuary::v1::TransferDescriptor KvReceiver::Describe(const std::string& request_id,
                                                      absl::Span<const int32_t> pages,
-                                                     absl::Time lease_deadline) const {
+                                                     absl::Time lease_deadline,
+                                                     uint64_t epoch) const {
   const KvLayout& layout = pool_.layout();
   estuary::v1::TransferDescriptor d;
   d.set_transport(std::string(transport_.kind()));
@@ -128,15 +74,15 @@ estuary::v1::TransferDescriptor KvReceiver::Describe(const std::string& request_
   }
   *d.mutable_fingerprint() = fingerprint_;
   d.set_lease_deadline_unix_ms(absl::ToUnixMillis(lease_deadline));
+  d.set_reservation_epoch(epoch);
   return d;
 }
 
-absl::Status KvReceiver::Start(
-    std::function<void(const estuary::v1::KvCompletion&)> on_completion) {
+absl::Status KvReceiver::Start(KvReceiverCallbacks callbacks) {
   absl::MutexLock lock(&thread_mu_);
   if (started_) return absl::FailedPreconditionError("KvReceiver already started");
   started_ = true;
-  thread_ = std::thread([this, cb = std::move(on_completion)]() mutable { Loop(std::move(cb)); });
+  thread_ = std::thread([this, cb = std::move(callbacks)] { Loop(cb); });
   return absl::OkStatus();
 }
 
@@ -146,7 +92,7 @@ void KvReceiver::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void KvReceiver::Loop(std::function<void(const estuary::v1::KvCompletion&)> on_completion) {
+void KvReceiver::Loop(const KvReceiverCallbacks& callbacks) {
   while (!stop_.load()) {
     absl::StatusOr<Message> m = transport_.PollMessage(absl::Now() + kPollSlice);
     if (!m.ok()) {
@@ -156,15 +102,64 @@ void KvReceiver::Loop(std::function<void(const estuary::v1::KvCompletion&)> on_c
       }
       continue;
     }
-    absl::StatusOr<estuary::v1::KvCompletion> c = DecodeKvCompletion(m->payload);
-    if (!c.ok()) {
+    absl::Status dropped;
+    switch (PeekKvControlKind(m->payload)) {
+      case KvControlKind::kCompletion: {
+        absl::StatusOr<estuary::v1::KvCompletion> c = DecodeKvCompletion(m->payload);
+        if (!c.ok()) {
+          dropped = c.status();
+          break;
+        }
+        completions_.fetch_add(1);
+        if (callbacks.on_completion) callbacks.on_completion(*c, m->sender_id);
+        break;
+      }
+      case KvControlKind::kAttach: {
+        absl::StatusOr<estuary::v1::KvAttach> a = DecodeKvAttach(m->payload);
+        if (!a.ok()) {
+          dropped = a.status();
+        } else if (Transport::PeerId(a->writer_address()) != m->sender_id) {
+          dropped = absl::InvalidArgumentError(absl::StrCat(
+              "KV attach for ", a->request_id(), " names another transport's address"));
+        } else {
+          HandleAttach(*a, m->sender_id, callbacks);
+        }
+        break;
+      }
+      default:
+        dropped = absl::InvalidArgumentError(
+            absl::StrCat("not a KV control message for the decode side (", m->payload.size(),
+                         " bytes)"));
+    }
+    if (!dropped.ok()) {
       dropped_.fetch_add(1);
       ESTUARY_LOG(WARNING) << "KV receiver: dropped a message from peer " << m->sender_id << ": "
-                           << c.status();
-      continue;
+                           << dropped;
     }
-    completions_.fetch_add(1);
-    if (on_completion) on_completion(*c);
+  }
+}
+
+void KvReceiver::HandleAttach(const estuary::v1::KvAttach& attach, uint64_t sender,
+                              const KvReceiverCallbacks& callbacks) {
+  attaches_.fetch_add(1);
+  const absl::Status verdict = callbacks.on_attach
+                                   ? callbacks.on_attach(attach, sender)
+                                   : absl::UnimplementedError("this receiver takes no writers");
+  estuary::v1::KvAttachReply reply;
+  reply.set_request_id(attach.request_id());
+  reply.set_reservation_epoch(attach.reservation_epoch());
+  reply.set_status_code(static_cast<int>(verdict.code()));
+  reply.set_status_message(std::string(verdict.message().substr(0, kMaxKvStatusMessageBytes)));
+  const absl::Time deadline = absl::Now() + kReplyTimeout;
+  absl::StatusOr<std::shared_ptr<CachedEndpoint>> back =
+      writers_.Get(attach.writer_address(), /*src_rank=*/0, deadline);
+  absl::Status sent =
+      back.ok() ? (*back)->SendMessage(EncodeKvAttachReply(reply), deadline) : back.status();
+  if (!sent.ok()) {
+    // The writer hears nothing: it stops at its deadline and aborts; an attached reservation
+    // keeps its pages until then (its completion) or lease + grace.
+    ESTUARY_LOG(WARNING) << "KV receiver: could not answer the attach of "
+                         << attach.request_id() << ": " << sent;
   }
 }
 

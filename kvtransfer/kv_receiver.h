@@ -2,13 +2,15 @@
 // KvReceiver: the decode worker's end of the KV push protocol (design §7; README "Push protocol").
 //
 // It registers every (layer, shard) region of the decode worker's KvPool with a Transport once,
-// describes them (plus a request's reserved page ids and lease) in a TransferDescriptor for the
-// prefill worker, and runs a thread that takes KvCompletion messages out of the transport's inbox
-// and hands them to a callback (the decode engine's CompleteReservation / Abort).
+// describes them (plus a request's reserved page ids, lease and epoch) in a TransferDescriptor
+// for the prefill worker, and runs a thread that takes the writers' control messages out of the
+// transport's inbox (kv_control_codec.h): a KvAttach goes to one callback (the decode engine's
+// AttachWriter), whose verdict is sent back to the writer's transport as a KvAttachReply; a
+// KvCompletion goes to the other (CompleteReservation / EndReservation). Both callbacks get the
+// sender's transport id (Message::sender_id), which identifies the writer.
 //
-// Wire format of a completion message (what KvPusher sends): "EKC1" + the serialized KvCompletion
-// + 8 bytes little-endian FNV-1a-64 of the serialized bytes. A message that does not decode
-// (wrong magic, bad checksum, unparsable proto, nonsense fields) is logged and dropped; the
+// A message that does not decode (wrong magic, bad checksum, unparsable proto, fields out of
+// bounds) is logged and dropped; so is an attach whose writer address is not the sender's. The
 // reservation it might have been for then runs into its lease on the decode side.
 //
 // Ownership: the receiver keeps the RegisteredRegion handles (RAII) and references to the
@@ -19,8 +21,9 @@
 // deadline (kPollSlice) and calls `on_completion` on that thread, one completion at a time; the
 // callback must be thread-safe with respect to the caller's other threads and must not call Stop()
 // or destroy the receiver. Stop() (and the destructor) set a flag and join that thread, so they
-// return within about kPollSlice plus the running callback. The receiver is the only consumer of
-// the transport's PollMessage: any other message (not a completion) is dropped with a log line.
+// return within about kPollSlice plus the running callback (and a reply's send, bounded by
+// kReplyTimeout). The receiver is the only consumer of the transport's PollMessage: any other
+// message is dropped with a log line.
 
 #include <atomic>
 #include <cstdint>
@@ -38,21 +41,25 @@
 #include "absl/types/span.h"
 #include "core/kvcache/kv_pool.h"
 #include "estuary/v1/kv_transfer.pb.h"
+#include "kvtransfer/endpoint_cache.h"
+#include "kvtransfer/kv_control_codec.h"
 #include "kvtransfer/transport.h"
 
 namespace estuary::kvtransfer {
 
-// The completion message codec (see the header comment). Decode fails with INVALID_ARGUMENT for
-// anything but a well-formed completion: wrong magic or checksum, unparsable proto, an empty
-// request id, a negative token count, a status code outside absl::StatusCode, or (for an OK
-// completion) a provenance length other than num_tokens.
-std::string EncodeKvCompletion(const estuary::v1::KvCompletion& completion);
-absl::StatusOr<estuary::v1::KvCompletion> DecodeKvCompletion(std::string_view payload);
+// What the receiver hands on, on its thread. `writer` is the sender's transport id.
+struct KvReceiverCallbacks {
+  // The verdict is sent back to the writer (OK: it may push).
+  std::function<absl::Status(const estuary::v1::KvAttach& attach, uint64_t writer)> on_attach;
+  std::function<void(const estuary::v1::KvCompletion& completion, uint64_t writer)> on_completion;
+};
 
 class KvReceiver {
  public:
   // How long one PollMessage waits: bounds how long Stop() takes.
   static constexpr absl::Duration kPollSlice = absl::Milliseconds(20);
+  // Bounds connecting back to a writer and sending it the attach reply.
+  static constexpr absl::Duration kReplyTimeout = absl::Seconds(1);
 
   // Registers pool.layer_region(layer, shard) for every layer and shard. `fingerprint` is the
   // whole model's KV format (fingerprint.h); INVALID_ARGUMENT when it does not describe `pool`
@@ -66,36 +73,41 @@ class KvReceiver {
 
   // The descriptor a prefill worker needs to push `request_id`'s prompt into `pages` (the
   // reservation's page ids in position order; the same ids on every shard), held until
-  // `lease_deadline`.
+  // `lease_deadline`, for the reservation named `epoch`.
   estuary::v1::TransferDescriptor Describe(const std::string& request_id,
                                            absl::Span<const int32_t> pages,
-                                           absl::Time lease_deadline) const;
+                                           absl::Time lease_deadline, uint64_t epoch) const;
 
   // Starts the polling thread. FAILED_PRECONDITION when already started (or stopped: a receiver
   // runs once).
-  absl::Status Start(std::function<void(const estuary::v1::KvCompletion&)> on_completion);
+  absl::Status Start(KvReceiverCallbacks callbacks);
   // Stops and joins the polling thread; idempotent.
   void Stop();
 
   const estuary::v1::KvFormatFingerprint& fingerprint() const { return fingerprint_; }
-  // Completions handed to the callback / messages dropped as malformed so far.
+  // Completions and attaches handed to the callbacks / messages dropped so far.
   int64_t completions() const { return completions_.load(); }
+  int64_t attaches() const { return attaches_.load(); }
   int64_t dropped_messages() const { return dropped_.load(); }
 
  private:
   KvReceiver(Transport& transport, KvPool& pool, estuary::v1::KvFormatFingerprint fingerprint);
-  void Loop(std::function<void(const estuary::v1::KvCompletion&)> on_completion);
+  void Loop(const KvReceiverCallbacks& callbacks);
+  void HandleAttach(const estuary::v1::KvAttach& attach, uint64_t sender,
+                    const KvReceiverCallbacks& callbacks);
 
   Transport& transport_;
   KvPool& pool_;
   const estuary::v1::KvFormatFingerprint fingerprint_;
   // [shard][layer]
   std::vector<std::vector<std::unique_ptr<RegisteredRegion>>> regions_;
+  EndpointCache writers_;  // back to the writers, for attach replies (the receiver thread's)
   std::atomic<bool> stop_{false};
   absl::Mutex thread_mu_;  // serializes Start / Stop
   bool started_ ABSL_GUARDED_BY(thread_mu_) = false;
   std::thread thread_ ABSL_GUARDED_BY(thread_mu_);
   std::atomic<int64_t> completions_{0};
+  std::atomic<int64_t> attaches_{0};
   std::atomic<int64_t> dropped_{0};
 };
 

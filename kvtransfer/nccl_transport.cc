@@ -71,6 +71,7 @@ struct OutConn {
   const uint64_t peer_id;
   absl::Mutex mu;
   bool ready ABSL_GUARDED_BY(mu) = false;
+  uint64_t sent ABSL_GUARDED_BY(mu) = 0;  // the last put header sent: no ACK may claim more
   uint64_t acked ABSL_GUARDED_BY(mu) = 0;
   absl::Status failure ABSL_GUARDED_BY(mu);  // the first cause; never cleared
 };
@@ -590,6 +591,12 @@ void NcclTransport::State::Dispatch(Message m) {
       }
       {
         absl::MutexLock lock(&out->mu);
+        if (f.type == FrameType::kAck && f.seq > out->sent) {
+          // An ACK for puts never sent would let a flush return before its data landed.
+          ESTUARY_LOG(WARNING) << "nccl: ACK of put " << f.seq << " from peer " << m.sender_id
+                               << ", which was sent only " << out->sent << "; ignoring it";
+          return;
+        }
         if (f.type == FrameType::kReady) out->ready = true;
         if (f.type == FrameType::kAck) out->acked = std::max(out->acked, f.seq);
         if (f.type == FrameType::kFail && out->failure.ok())
@@ -719,6 +726,9 @@ class NcclEndpoint : public Endpoint {
                                    [&]() { return link_->Done(oldest); }));
       outstanding_.pop_front();
     }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError("nccl put: its deadline passed before it was posted");
+    }
     const uint64_t seq = last_seq_ + 1;
     absl::Status s = control_->SendMessage(Writer(FrameType::kPut)
                                                .U64(conn_)
@@ -731,6 +741,10 @@ class NcclEndpoint : public Endpoint {
     // Whether the header arrived is unknown: the two ends may disagree from here on.
     if (!s.ok()) return Fail(WithContext(s, "nccl put: sending the put header"));
     last_seq_ = seq;
+    {
+      absl::MutexLock lock(&out_->mu);
+      out_->sent = seq;
+    }
     s = link_->Send(local, bytes);
     if (!s.ok()) return Fail(WithContext(s, "nccl put: ncclSend"));
     ESTUARY_RETURN_IF_ERROR(

@@ -36,9 +36,9 @@ class Reader {
     in_.remove_prefix(8);
     return true;
   }
-  bool Str(std::string* s) {
+  bool Str(std::string* s, size_t max_bytes) {
     uint32_t n = 0;
-    if (!U32(&n) || in_.size() < n) return false;
+    if (!U32(&n) || in_.size() < n || n > max_bytes) return false;
     s->assign(in_.data(), n);
     in_.remove_prefix(n);
     return true;
@@ -122,7 +122,8 @@ absl::StatusOr<Frame> ParseFrame(std::string_view payload) {
       f.text = std::string(r.rest());
       return f;
     case FrameType::kHello:
-      ok = r.U64(&f.conn) && r.U32(&f.version) && r.Str(&f.text) && r.Str(&f.address);
+      ok = r.U64(&f.conn) && r.U32(&f.version) && r.Str(&f.text, kMaxGroupIdBytes) &&
+           r.Str(&f.address, kMaxAddressBytes);
       break;
     case FrameType::kPut:
       ok = r.U64(&f.conn) && r.U64(&f.seq) && r.U64(&f.key) && r.U64(&f.offset) && r.U64(&f.bytes);
@@ -137,7 +138,7 @@ absl::StatusOr<Frame> ParseFrame(std::string_view payload) {
       break;
     case FrameType::kAbort:
     case FrameType::kFail:
-      ok = r.U64(&f.conn) && r.U32(&f.code) && r.Str(&f.text);
+      ok = r.U64(&f.conn) && r.U32(&f.code) && r.Str(&f.text, kMaxReasonBytes);
       break;
   }
   if (!ok || !r.empty()) {

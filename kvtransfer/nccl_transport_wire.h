@@ -4,6 +4,7 @@
 // little-endian fields and u32-length-prefixed strings. A user message goes as it is unless it
 // starts with the magic; then it goes as a kUser frame. Also the rkey of a region descriptor.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -18,6 +19,11 @@ namespace estuary::kvtransfer::nccl {
 inline constexpr char kMagicBytes[8] = {'\0', 'E', 'S', 'T', 'N', 'C', 'C', 'L'};
 inline constexpr std::string_view kMagic(kMagicBytes, sizeof(kMagicBytes));
 inline constexpr uint32_t kProtocolVersion = 1;
+// Longest strings a frame may carry (ParseFrame refuses longer ones): a HELLO's group id and
+// address, an ABORT / FAIL reason (StatusFrame cuts it to 1 KiB).
+inline constexpr size_t kMaxGroupIdBytes = 256;
+inline constexpr size_t kMaxAddressBytes = 4096;
+inline constexpr size_t kMaxReasonBytes = 4096;
 
 enum class FrameType : uint8_t {
   kUser = 1,   // either way: an escaped user message (the payload follows the type byte)
@@ -64,7 +70,7 @@ class Writer {
 // Whether `payload` is a protocol frame (starts with the magic and has a type byte).
 bool IsFrame(std::string_view payload);
 // Parses a payload for which IsFrame() holds; INVALID_ARGUMENT (naming the type) for an unknown
-// type, a truncated frame or trailing bytes.
+// type, a truncated frame, trailing bytes, or a string longer than its bound above.
 absl::StatusOr<Frame> ParseFrame(std::string_view payload);
 
 // An ABORT or FAIL frame carrying `status` (its message cut to 1 KiB).

@@ -85,8 +85,10 @@ class Endpoint {
 
   // One-sided write of `bytes` bytes from `local` to `dst` at `dst_offset`. Asynchronous: the data
   // is only known to have landed (and `local` may only be reused) after Flush() returns OK.
-  // `deadline` bounds any wait for send resources. INVALID_ARGUMENT when the chunk does not fit in
-  // `dst`; UNAVAILABLE when the peer is gone.
+  // `deadline` bounds any wait for send resources, and nothing is posted once it has passed
+  // (DEADLINE_EXCEEDED): a writer fenced by a lease passes its write deadline here (README
+  // "Fencing"). INVALID_ARGUMENT when the chunk does not fit in `dst`; UNAVAILABLE when the peer is
+  // gone.
   [[nodiscard]] virtual absl::Status Put(const void* local, size_t bytes, const RemoteRegion& dst,
                                          uint64_t dst_offset, absl::Time deadline) = 0;
 

@@ -408,6 +408,9 @@ class UcxEndpoint : public Endpoint {
       ESTUARY_RETURN_IF_ERROR(
           MapEpError(worker_->Wait(oldest, deadline, "put", &failure_->failed)));
     }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError("ucx put: its deadline passed before it was posted");
+    }
     ucp_request_param_t p{};
     ucs_status_ptr_t req = ucp_put_nbx(data_ep_, local, bytes, remote.base() + dst_offset,
                                        remote.rkey(), &p);

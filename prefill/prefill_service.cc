@@ -75,13 +75,15 @@ PrefillService::PrefillService(kvtransfer::Transport& transport,
     : transport_(transport),
       options_(options),
       fingerprint_(std::move(fingerprint)),
-      endpoints_(transport) {}
+      endpoints_(transport),
+      attach_replies_(transport) {}
 
 PrefillService::~PrefillService() { loop_.reset(); }
 
 absl::Status PrefillService::StepOnce() {
   absl::Status stepped;
   if (!engine_->Idle()) {
+    if (options_.debug_step_delay > absl::ZeroDuration()) absl::SleepFor(options_.debug_step_delay);
     stepped = engine_->Step();
     if (!stepped.ok()) {
       ESTUARY_LOG(WARNING) << "prefill step failed (its requests ended): " << stepped;
@@ -134,9 +136,15 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   const estuary::v1::WorkerRequest& in = request->request();
   const absl::Time deadline = std::min(rpc::DeadlineFromUnixMs(in.deadline_unix_ms()),
                                        start + options_.request_timeout);
+  if (request->transfer().request_id() != in.request_id()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("the transfer descriptor is for request '",
+                                     request->transfer().request_id().substr(0, 256),
+                                     "', not for '", in.request_id().substr(0, 256), "'"));
+  }
   auto pending = std::make_shared<Pending>();
   absl::StatusOr<std::unique_ptr<kvtransfer::KvPusher>> pusher = kvtransfer::KvPusher::Create(
-      transport_, endpoints_, engine_->pool(), request->transfer(), fingerprint_,
+      transport_, endpoints_, attach_replies_, engine_->pool(), request->transfer(), fingerprint_,
       in.prompt_ids_size(), deadline);
   if (!pusher.ok()) {
     PrefillMetrics::Get().transfer_failures.Increment();
@@ -175,20 +183,41 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   }
   loop_->Notify();
 
-  // Wait for the engine's PrefillDone, aborting the prompt if the client goes away.
-  bool aborted = false;
-  absl::ReleasableMutexLock lock(&pending->mu);
+  // Wait for the engine's PrefillDone, aborting the prompt if the client goes away or the
+  // reservation's lease ends first (nothing could be written into it any more).
+  absl::Status abort_reason;  // set when this call aborted the prompt
+  const absl::Time write_deadline = pending->pusher->write_deadline();
+  pending->mu.Lock();
   while (!pending->HasDone()) {
-    pending->mu.AwaitWithTimeout(absl::Condition(pending.get(), &Pending::HasDone), kClientPoll);
-    if (!pending->HasDone() && !aborted && (context->IsCancelled() || control_.ending)) {
-      aborted = true;
-      engine_->Abort(in.request_id());
-      loop_->Notify();
+    pending->mu.AwaitWithTimeout(
+        absl::Condition(pending.get(), &Pending::HasDone),
+        abort_reason.ok()
+            ? std::clamp(write_deadline - absl::Now(), absl::Milliseconds(1), kClientPoll)
+            : kClientPoll);
+    if (pending->HasDone() || !abort_reason.ok()) continue;
+    if (absl::Now() >= write_deadline) {
+      abort_reason = absl::DeadlineExceededError(absl::StrCat(
+          "the decode worker's reservation for request '", in.request_id(),
+          "' ended (its lease) before the prompt's KV was pushed"));
+    } else if (control_.ending) {
+      abort_reason = absl::UnavailableError("the prefill worker is shutting down");
+    } else if (context->IsCancelled()) {
+      abort_reason = absl::CancelledError("the prefill call was cancelled");
     }
+    if (abort_reason.ok()) continue;
+    pending->mu.Unlock();  // the rank threads' LayerReady handlers take it
+    engine_->Abort(in.request_id());
+    loop_->Notify();
+    // Tell the decode worker now, not when the engine's step ends: it holds the pages until this
+    // writer's word (PushLayer calls still posting finish first; later ones post nothing).
+    (void)pending->pusher->Abort(abort_reason);
+    pending->mu.Lock();
   }
   PrefillDone& done = *pending->done;
-  absl::Status status = done.status.ok() ? pending->push_error : done.status;
-  bool transfer_failed = done.status.ok() && !status.ok();
+  absl::Status status = !abort_reason.ok() ? abort_reason
+                        : done.status.ok() ? pending->push_error
+                                           : done.status;
+  bool transfer_failed = abort_reason.ok() && done.status.ok() && !status.ok();
   const absl::Time computed = std::max(pending->last_layer, start);
   if (status.ok()) {
     estuary::v1::TokenLogprobs logprobs;
@@ -211,10 +240,10 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   response->set_transfer_seconds(absl::ToDoubleSeconds(sent - computed));
   for (int layers : done.chunk_backbone_layers) response->add_chunk_backbone_layers(layers);
   pending->done.reset();  // the pages go back to the pool
-  lock.Release();
+  pending->mu.Unlock();
   forget();
   loop_->Notify();
-  if (aborted && control_.ending) return worker::ShutDownBeforeFinishStatus();
+  if (!abort_reason.ok() && control_.ending) return worker::ShutDownBeforeFinishStatus();
   return rpc::ToGrpcStatus(status);
 }
 

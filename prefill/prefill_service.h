@@ -6,7 +6,9 @@
 // announces it (on the rank threads), and when the prompt is done flushes the pushes, sends the
 // completion (first token, provenance) to the decode worker and answers. A failure at any point
 // sends an abort completion instead, so the decode worker frees the reservation at once rather
-// than at lease expiry; a client that cancels the call aborts the prompt the same way.
+// than at lease expiry; a client that cancels the call aborts the prompt the same way, and so
+// does the reservation's lease: the prompt is aborted when the pusher's write deadline (the lease
+// less a clock-skew margin, kvtransfer/README.md "Fencing") passes before it is done.
 //
 // Readiness and the drain (worker/worker_control.h): the process plumbing (ServeWorker) writes
 // control(); GetLoad reports it as not_ready; while draining, new Prefill calls are refused with
@@ -40,6 +42,9 @@ struct PrefillServiceOptions {
   // Prefill calls at once (queued and running); beyond, RESOURCE_EXHAUSTED with a retry hint
   // (WorkerProcessOptions::max_requests_in_flight).
   int max_requests_in_flight = 64 + 256;
+  // Fault injection (--debug-step-delay, for fencing and drain tests): every engine step that
+  // has work sleeps this long first, on the engine thread, as a slow or stalled engine would.
+  absl::Duration debug_step_delay = absl::ZeroDuration();
 };
 
 class PrefillService final : public estuary::v1::PrefillWorker::Service {
@@ -81,6 +86,8 @@ class PrefillService final : public estuary::v1::PrefillWorker::Service {
   const PrefillServiceOptions options_;
   const estuary::v1::KvFormatFingerprint fingerprint_;
   kvtransfer::EndpointCache endpoints_;
+  // The decode workers' answers to our attaches: the only reader of the transport's inbox.
+  kvtransfer::AttachReplies attach_replies_;
   worker::WorkerControl control_;
 
   absl::Mutex mu_;

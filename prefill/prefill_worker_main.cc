@@ -8,6 +8,7 @@
 //                  [--shutdown-timeout 30s] [--engine-stall-timeout 60s] [--max-failed-steps 3]
 //                  [--max-model-len L] [--kv-cache-memory 2GiB] [--dtype f32|bf16]
 //                  [--cluster-token T] [--cluster-ca-file F --cluster-cert-file F --cluster-key-file F]
+//                  [--debug-step-delay D]
 // Its flags: cli/command_tables.cc (PrefillWorkerCommand); `estuary-prefill --help` lists them.
 
 #include "absl/flags/flag.h"
@@ -35,6 +36,7 @@ absl::Status Run() {
   options.engine.block_size = absl::GetFlag(FLAGS_block_size);
   options.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   options.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  ESTUARY_ASSIGN_OR_RETURN(options.debug_step_delay, worker::DebugStepDelayFromFlags());
   ESTUARY_ASSIGN_OR_RETURN(const Device device, worker::WorkerDevice(process));
   options.engine.cuda_device = device.is_cpu() ? -1 : device.ordinal;
 

@@ -21,6 +21,9 @@ ABSL_FLAG(absl::Duration, engine_stall_timeout, absl::Seconds(60),
           "a step running longer than this makes the worker not ready");
 ABSL_FLAG(int, max_failed_steps, 3,
           "this many failed engine steps in a row make the worker not ready until restarted");
+ABSL_FLAG(absl::Duration, debug_step_delay, absl::ZeroDuration(),
+          "fault injection for tests: each engine step with work first sleeps this long (a slow "
+          "or stalled engine; see --engine-stall-timeout)");
 ABSL_FLAG(int, port, 0, "gRPC port; 0 = any free port (see --ready-file)");
 ABSL_FLAG(int, tensor_parallel_size, 1, "tensor-parallel ranks (threads; cores shared among them)");
 ABSL_FLAG(std::string, ucx_tls, "", "UCX transports for KV transfer (e.g. tcp or sm,tcp); "
@@ -84,6 +87,14 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags() {
 }
 
 double GpuMemoryUtilizationFlag() { return absl::GetFlag(FLAGS_gpu_memory_utilization); }
+
+absl::StatusOr<absl::Duration> DebugStepDelayFromFlags() {
+  const absl::Duration delay = absl::GetFlag(FLAGS_debug_step_delay);
+  if (delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--debug-step-delay must be >= 0");
+  }
+  return delay;
+}
 
 absl::StatusOr<int64_t> KvCacheBytesFromFlags(const WorkerProcessOptions& options) {
   ESTUARY_ASSIGN_OR_RETURN(const Device device, WorkerDevice(options));

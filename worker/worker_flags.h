@@ -34,6 +34,7 @@ ABSL_DECLARE_FLAG(std::string, advertise_address);
 ABSL_DECLARE_FLAG(absl::Duration, shutdown_timeout);
 ABSL_DECLARE_FLAG(absl::Duration, engine_stall_timeout);
 ABSL_DECLARE_FLAG(int, max_failed_steps);
+ABSL_DECLARE_FLAG(absl::Duration, debug_step_delay);
 
 namespace estuary::worker {
 
@@ -47,5 +48,8 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags();
 absl::StatusOr<int64_t> KvCacheBytesFromFlags(const WorkerProcessOptions& options);
 // --gpu-memory-utilization (0: off), for the engines' options; checked by KvCacheBytesFromFlags.
 double GpuMemoryUtilizationFlag();
+// --debug-step-delay (fault injection: each engine step with work sleeps this long first, on
+// either worker); INVALID_ARGUMENT when negative.
+absl::StatusOr<absl::Duration> DebugStepDelayFromFlags();
 
 }  // namespace estuary::worker

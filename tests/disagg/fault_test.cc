@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -11,6 +12,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/fault_transport.h"
+#include "kvtransfer/kv_control_codec.h"
 #include "kvtransfer/inprocess_transport.h"
 #include "tests/testing/golden_cases.h"
 #include "tests/testing/inprocess_workers.h"
@@ -23,12 +25,13 @@ using ::estuary::testing::GoldenCase;
 // Both workers in-process, the prefill one pushing through faults.
 class FaultyCluster {
  public:
-  FaultyCluster(const kvtransfer::FaultConfig& faults, absl::Duration lease)
+  FaultyCluster(const kvtransfer::FaultConfig& faults, absl::Duration lease,
+                absl::Duration lease_grace = absl::Seconds(1))
       : workers_(::estuary::testing::InProcessWorkersOptions{
             "stories260K",
             std::make_unique<kvtransfer::FaultTransport>(kvtransfer::InProcessTransport::Create(),
                                                          faults),
-            lease}) {
+            lease, lease_grace}) {
     auto channel = grpc::CreateChannel(workers_.address(), grpc::InsecureChannelCredentials());
     decode_stub_ = estuary::v1::DecodeWorker::NewStub(channel);
     prefill_stub_ = estuary::v1::PrefillWorker::NewStub(channel);
@@ -69,6 +72,14 @@ class FaultyCluster {
     return {tokens, code};
   }
   int DecodeFreePages() { return workers_.DecodeFreePages(); }
+  // Waits up to `limit` for the decode pool's free pages to reach `want`; the time it took.
+  absl::Duration UntilDecodeFreePages(int want, absl::Duration limit) {
+    const absl::Time start = absl::Now();
+    while (DecodeFreePages() != want && absl::Now() - start < limit) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return absl::Now() - start;
+  }
 
  private:
   ::estuary::testing::InProcessWorkers workers_;
@@ -87,12 +98,16 @@ estuary::v1::WorkerRequest Greedy(const std::string& id, const std::vector<int32
   return request;
 }
 
-// Every completion dropped: the KV lands but the decode worker never hears of it; the lease
-// (300 ms) lapses on time, the request ends DEADLINE_EXCEEDED and the pages return.
-TEST(PushFaultTest, ADroppedCompletionLapsesAtTheLeaseAndFreesThePages) {
+// Every completion dropped (the attach goes through): the KV lands but the decode worker never
+// hears of it; the lease (800 ms) lapses on time and the request ends DEADLINE_EXCEEDED; the
+// pages, which the silent writer might still be writing, return at lease + grace (200 ms).
+TEST(PushFaultTest, ADroppedCompletionLapsesAtTheLeaseAndFreesThePagesAfterTheGrace) {
   kvtransfer::FaultConfig faults;
   faults.drop_all_messages = true;
-  FaultyCluster cluster(faults, absl::Milliseconds(300));
+  faults.message_filter = [](std::string_view payload) {
+    return kvtransfer::PeekKvControlKind(payload) == kvtransfer::KvControlKind::kCompletion;
+  };
+  FaultyCluster cluster(faults, absl::Milliseconds(800), absl::Milliseconds(200));
   const GoldenCase c = ::estuary::testing::LoadGoldenCases("stories260K")[0];
   const int free_at_start = cluster.DecodeFreePages();
   const absl::Time start = absl::Now();
@@ -103,9 +118,12 @@ TEST(PushFaultTest, ADroppedCompletionLapsesAtTheLeaseAndFreesThePages) {
   const absl::Duration took = absl::Now() - start;
   EXPECT_TRUE(tokens.empty());
   EXPECT_EQ(code, static_cast<int>(absl::StatusCode::kDeadlineExceeded));
-  EXPECT_GE(took, absl::Milliseconds(300));
-  EXPECT_LT(took, absl::Milliseconds(1500));
+  EXPECT_GE(took, absl::Milliseconds(800));
+  EXPECT_LT(took, absl::Milliseconds(2000));
+  const absl::Duration back = took + cluster.UntilDecodeFreePages(free_at_start, absl::Seconds(3));
   EXPECT_EQ(cluster.DecodeFreePages(), free_at_start);
+  EXPECT_GE(back, absl::Milliseconds(1000));  // not before lease + grace
+  EXPECT_LT(back, absl::Milliseconds(2500));
 }
 
 // Every put delayed 20 ms: a request whose deadline is 50 ms away fails DEADLINE_EXCEEDED (and

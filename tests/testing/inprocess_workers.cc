@@ -31,6 +31,7 @@ InProcessWorkers::InProcessWorkers(InProcessWorkersOptions options) : model_id_(
   decode_options.model_id = model_id_;
   decode_options.engine.kv_cache_bytes = int64_t{8} << 20;
   decode_options.default_lease = options.lease;
+  decode_options.engine.lease_grace = options.lease_grace;
   auto decode = DecodeService::Create(*decode_model_, *decode_transport_, decode_options);
   EXPECT_TRUE(decode.ok()) << decode.status();
   decode_ = std::move(*decode);

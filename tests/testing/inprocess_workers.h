@@ -21,6 +21,9 @@ struct InProcessWorkersOptions {
   // The prefill worker's transport (e.g. a FaultTransport); default: in-process.
   std::unique_ptr<kvtransfer::Transport> prefill_transport;
   absl::Duration lease = absl::Seconds(30);
+  // DecodeEngineOptions::lease_grace: how long past its lease a reservation with a writer that
+  // went silent keeps its pages.
+  absl::Duration lease_grace = absl::Seconds(1);
 };
 
 class InProcessWorkers {
