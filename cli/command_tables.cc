@@ -27,7 +27,8 @@ const Names& WorkerFlags() {
       "tensor_parallel_size", "device", "dtype", "max_model_len", "kv_cache_memory",
       "kv_cache_bytes", "gpu_memory_utilization", "block_size", "max_num_seqs",
       "max_num_batched_tokens", "ucx_tls", "kv_transport", "metrics_port", "shutdown_timeout",
-      "engine_stall_timeout", "max_failed_steps", "bf16_kernel", "max_waiting_requests"};
+      "engine_stall_timeout", "max_failed_steps", "bf16_kernel", "max_waiting_requests",
+      "debug_step_delay"};
   return names;
 }
 
@@ -41,7 +42,6 @@ const Names& DecodeOnlyFlags() {
                               "river_refine",
                               "int4_kernel",
                               "lease_ms",
-                              "debug_step_delay",
                               "exit_mode",
                               "draft_tokens",
                               "min_draft_confidence"};

@@ -27,9 +27,6 @@
 // --river turns the exit river on; how it is built and when tokens exit: cli/river_flags.h.
 ABSL_FLAG(bool, river, false, "decode with the exit river (int4 copy of the layers)");
 ABSL_FLAG(int64_t, lease_ms, 30000, "how long reserved pages wait for their KV");
-ABSL_FLAG(absl::Duration, debug_step_delay, absl::ZeroDuration(),
-          "fault injection for tests: each engine step with work first sleeps this long (a slow "
-          "or stalled engine; see --engine-stall-timeout)");
 
 namespace estuary {
 namespace {
@@ -55,10 +52,7 @@ absl::Status Run() {
   options.engine.lossless = exit_mode.lossless;
   if (absl::GetFlag(FLAGS_lease_ms) <= 0) return absl::InvalidArgumentError("--lease-ms must be > 0");
   options.default_lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
-  options.debug_step_delay = absl::GetFlag(FLAGS_debug_step_delay);
-  if (options.debug_step_delay < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--debug-step-delay must be >= 0");
-  }
+  options.debug_step_delay = process.debug_step_delay;
 
   ESTUARY_ASSIGN_OR_RETURN(const Device device, worker::WorkerDevice(process));
   options.engine.cuda_device = device.is_cpu() ? -1 : device.ordinal;

@@ -27,6 +27,7 @@ absl::Status Run() {
   PrefillServiceOptions options;
   options.model_id = process.model_id;
   options.max_requests_in_flight = process.max_requests_in_flight;
+  options.debug_step_delay = process.debug_step_delay;
   ESTUARY_ASSIGN_OR_RETURN(options.engine.kv_cache_bytes, worker::KvCacheBytesFromFlags(process));
   options.engine.gpu_memory_utilization = worker::GpuMemoryUtilizationFlag();
   options.engine.block_size = absl::GetFlag(FLAGS_block_size);

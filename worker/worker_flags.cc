@@ -21,6 +21,9 @@ ABSL_FLAG(absl::Duration, engine_stall_timeout, absl::Seconds(60),
           "a step running longer than this makes the worker not ready");
 ABSL_FLAG(int, max_failed_steps, 3,
           "this many failed engine steps in a row make the worker not ready until restarted");
+ABSL_FLAG(absl::Duration, debug_step_delay, absl::ZeroDuration(),
+          "fault injection for tests: each engine step with work first sleeps this long (a slow "
+          "or stalled engine; see --engine-stall-timeout)");
 ABSL_FLAG(int, port, 0, "gRPC port; 0 = any free port (see --ready-file)");
 ABSL_FLAG(int, tensor_parallel_size, 1, "tensor-parallel ranks (threads; cores shared among them)");
 ABSL_FLAG(std::string, ucx_tls, "", "UCX transports for KV transfer (e.g. tcp or sm,tcp); "
@@ -67,6 +70,7 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags() {
   options.shutdown_timeout = absl::GetFlag(FLAGS_shutdown_timeout);
   options.engine_stall_timeout = absl::GetFlag(FLAGS_engine_stall_timeout);
   options.max_failed_steps = absl::GetFlag(FLAGS_max_failed_steps);
+  options.debug_step_delay = absl::GetFlag(FLAGS_debug_step_delay);
   options.port = absl::GetFlag(FLAGS_port);
   options.tp_size = absl::GetFlag(FLAGS_tensor_parallel_size);
   options.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);

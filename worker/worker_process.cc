@@ -58,6 +58,9 @@ absl::Status ValidateWorkerProcessOptions(const WorkerProcessOptions& options) {
   if (options.engine_stall_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--engine-stall-timeout must be > 0");
   }
+  if (options.debug_step_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--debug-step-delay must be >= 0");
+  }
   if (options.max_failed_steps < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-failed-steps = ", options.max_failed_steps, " must be >= 1"));
