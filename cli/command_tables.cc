@@ -57,7 +57,9 @@ const std::vector<CommandFlags>& Servers() {
         "max_model_len", "policy", "local_prefill_max_tokens", "max_queued_requests",
         "max_concurrent_streams", "worker_timeout", "discover_workers", "discovery_interval", "ready_file", "metrics_port",
         "shutdown_timeout", "http_max_concurrent_requests", "http_max_body_bytes",
-        "http_request_timeout", "http_read_timeout", "chat_template"}},
+        "http_request_timeout", "http_read_timeout", "chat_template", "migration_limit",
+        "reserve_timeout", "prefill_timeout", "first_token_timeout", "token_gap_timeout",
+        "abort_timeout"}},
       {"estuary-prefill", "", "the prefill worker: prompts in, KV pages pushed to decode workers",
        WorkerFlags()},
       {"estuary-decode", "",
@@ -104,7 +106,8 @@ const Names& UpPassThroughFlags() {
       "served_model_name", "http_port", "max_queued_requests", "max_concurrent_streams",
       "worker_timeout",
       "http_max_concurrent_requests", "http_max_body_bytes", "http_request_timeout",
-      "http_read_timeout", "chat_template",
+      "http_read_timeout", "chat_template", "migration_limit", "reserve_timeout",
+      "prefill_timeout", "first_token_timeout", "token_gap_timeout", "abort_timeout",
       // router and workers
       "max_model_len",
       // workers

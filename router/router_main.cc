@@ -17,7 +17,9 @@
 //                  [--http-port P] [--http-max-concurrent-requests N] [--http-max-body-bytes B]
 //                  [--http-request-timeout D] [--http-read-timeout D]
 //                  [--api-key KEY] [--served-model-name NAME] [--max-model-len L]
-//                  [--chat-template FILE]
+//                  [--chat-template FILE] [--migration-limit N] [--reserve-timeout D]
+//                  [--prefill-timeout D] [--first-token-timeout D] [--token-gap-timeout D]
+//                  [--abort-timeout D]
 // Its flags: cli/command_tables.cc (RouterCommand); `estuary-router --help` lists them.
 
 #include <algorithm>
@@ -95,6 +97,20 @@ ABSL_FLAG(absl::Duration, http_request_timeout, absl::Minutes(10),
           "an HTTP generation request is given this long in all");
 ABSL_FLAG(absl::Duration, http_read_timeout, absl::Seconds(30),
           "an HTTP client that sends nothing for this long is dropped (also the write timeout)");
+ABSL_FLAG(int, migration_limit, 3,
+          "times a stream is resumed on another decode worker when its own fails, hangs or "
+          "drains after the first token (from the tokens sent so far; the client sees one "
+          "stream); 0 = never (it ends UNAVAILABLE)");
+ABSL_FLAG(absl::Duration, reserve_timeout, absl::Seconds(5),
+          "a decode worker's Reserve may take this long (when the client's deadline is later)");
+ABSL_FLAG(absl::Duration, prefill_timeout, absl::Seconds(120),
+          "a prefill worker's Prefill (the prompt and its KV push) may take this long");
+ABSL_FLAG(absl::Duration, first_token_timeout, absl::Seconds(120),
+          "a decode stream's first token (a local prefill included) may take this long");
+ABSL_FLAG(absl::Duration, token_gap_timeout, absl::Seconds(30),
+          "the gap between two tokens of a decode stream may last this long; past it the "
+          "worker counts as hung (retried, or resumed elsewhere)");
+ABSL_FLAG(absl::Duration, abort_timeout, absl::Seconds(1), "a worker Abort may take this long");
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template file for /v1/chat/completions (Hugging Face chat_template syntax); "
           "default: chat_template in the model folder's tokenizer_config.json; neither: those "
@@ -164,6 +180,12 @@ absl::StatusOr<RouterOptions> OptionsFromFlags() {
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.shutdown_timeout = absl::GetFlag(FLAGS_shutdown_timeout);
   options.discovery_interval = absl::GetFlag(FLAGS_discovery_interval);
+  options.migration_limit = absl::GetFlag(FLAGS_migration_limit);
+  options.timeouts.reserve = absl::GetFlag(FLAGS_reserve_timeout);
+  options.timeouts.prefill = absl::GetFlag(FLAGS_prefill_timeout);
+  options.timeouts.first_token = absl::GetFlag(FLAGS_first_token_timeout);
+  options.timeouts.token_gap = absl::GetFlag(FLAGS_token_gap_timeout);
+  options.timeouts.abort = absl::GetFlag(FLAGS_abort_timeout);
   for (const std::string& entry : absl::GetFlag(FLAGS_discover_workers)) {
     ESTUARY_ASSIGN_OR_RETURN(DiscoveryTarget target, ParseDiscoveryTarget(entry));
     options.discover_workers.push_back(std::move(target));
