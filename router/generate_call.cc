@@ -138,6 +138,7 @@ void GenerateCall::LeaveQueueLocked() {
 }
 
 void GenerateCall::BeginAttempt(Todo& todo) {
+  if (flow_->done()) return;  // cancelled (an Abort by id) before it was first placed
   const absl::Time now = absl::Now();
   const bool resumed = flow_->streamed();
   Attempt next;

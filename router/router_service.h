@@ -26,14 +26,11 @@
 // it waits.
 
 #include <atomic>
-#include <functional>
 #include <memory>
 #include <string>
-#include <optional>
 #include <thread>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/tokenizer/tokenizer.h"
