@@ -313,9 +313,9 @@ TEST(MultiNodeTest, ALinkDownMovesThatNodesStreamsToTheOther) {
   NodeCluster cluster;
   NodeClusterSpec spec;
   spec.decode = 2;
-  spec.decode_flags = {"--debug-step-delay", "40ms"};  // 150 tokens: about 6 s a stream
+  spec.decode_flags = {"--debug-step-delay", "40ms"};  // 100 tokens: about 4 s a stream
   START_CLUSTER_OR_SKIP(cluster, spec);
-  constexpr int kStreams = 4, kTokens = 150;
+  constexpr int kStreams = 4, kTokens = 100;
   struct Stream {
     grpc::ClientContext context;
     std::unique_ptr<grpc::ClientReader<estuary::v1::GenerateResponse>> reader;
