@@ -16,11 +16,13 @@ std::optional<absl::Duration> TtftFloor::Floor(int prompt_tokens, absl::Time now
   absl::MutexLock lock(&mu_);
   while (!samples_.empty() && now - samples_.front().at > max_age_) samples_.pop_front();
   std::optional<absl::Duration> floor;
+  int seen = 0;
   for (const Sample& s : samples_) {
-    if (s.prompt_tokens <= prompt_tokens && (!floor.has_value() || s.ttft < *floor)) {
-      floor = s.ttft;
-    }
+    if (s.prompt_tokens > prompt_tokens) continue;
+    ++seen;
+    if (!floor.has_value() || s.ttft < *floor) floor = s.ttft;
   }
+  if (seen < min_samples_) return std::nullopt;
   return floor;
 }
 

@@ -9,7 +9,7 @@ namespace estuary::router {
 namespace {
 
 TEST(TtftFloorTest, RefusesOnlyDeadlinesBelowTheFastestRecentFirstToken) {
-  TtftFloor floor(/*window=*/4, /*max_age=*/absl::Seconds(10));
+  TtftFloor floor(/*window=*/8, /*max_age=*/absl::Seconds(10), /*min_samples=*/2);
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   // Nothing known: only a deadline already past is refused.
   EXPECT_TRUE(floor.Check(t0 + absl::Milliseconds(1), 10, t0).ok());
@@ -17,7 +17,10 @@ TEST(TtftFloorTest, RefusesOnlyDeadlinesBelowTheFastestRecentFirstToken) {
   EXPECT_TRUE(floor.Check(absl::InfiniteFuture(), 10, t0).ok());
 
   floor.Observe(/*prompt_tokens=*/20, absl::Milliseconds(120), t0);
+  EXPECT_EQ(floor.Floor(20, t0), std::nullopt);  // one request alone refuses nothing
+  floor.Observe(/*prompt_tokens=*/20, absl::Milliseconds(150), t0);
   floor.Observe(/*prompt_tokens=*/200, absl::Milliseconds(40), t0);  // longer: not a bound for 20
+  floor.Observe(/*prompt_tokens=*/300, absl::Milliseconds(60), t0);
   EXPECT_EQ(floor.Floor(20, t0), absl::Milliseconds(120));
   EXPECT_EQ(floor.Floor(10, t0), std::nullopt);  // no prompt that short seen
   EXPECT_EQ(floor.Floor(500, t0), absl::Milliseconds(40));
@@ -32,7 +35,7 @@ TEST(TtftFloorTest, RefusesOnlyDeadlinesBelowTheFastestRecentFirstToken) {
 }
 
 TEST(TtftFloorTest, KeepsTheNewestWindow) {
-  TtftFloor floor(/*window=*/2, absl::Minutes(1));
+  TtftFloor floor(/*window=*/2, absl::Minutes(1), /*min_samples=*/1);
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   floor.Observe(10, absl::Milliseconds(5), t0);
   floor.Observe(10, absl::Milliseconds(50), t0);
