@@ -5,7 +5,8 @@
 //     greedy and seeded sampling alike, none lost or repeated, usage counted once; with
 //     --migration-limit 0 they end UNAVAILABLE saying so, and the rest carry on;
 //   - a hung (SIGSTOPped) decode worker: its streams resume elsewhere once --token-gap-timeout
-//     passes, long before the channel's keepalive would notice;
+//     passes, long before the channel's keepalive would notice; a call without a deadline still
+//     ends at its stages' timeouts;
 //   - C6: SIGKILL of a prefill worker mid-prefill: the request is retried on the other one and
 //     completes, and the decode worker's reservation is freed;
 //   - C9: a rolling restart (SIGTERM, restart) of both decode workers under load: no client sees
@@ -297,6 +298,31 @@ TEST(MigrationTest, AHungDecodeWorkersStreamsResumeAfterTheTokenGapTimeout) {
   EXPECT_GE(longest_gap, absl::Milliseconds(450));
   // Well before the keepalive (1 s ping + 2 s timeout) or the heartbeat expiry (3 s).
   EXPECT_LT(longest_gap, absl::Milliseconds(2000));
+}
+
+// A call that brings no deadline still has one per stage: a decode worker whose steps take 1 s
+// misses --first-token-timeout (300 ms) on each of the 3 attempts, and the request ends
+// DEADLINE_EXCEEDED naming the flag after about 0.9 s instead of waiting on the worker.
+TEST(StageTimeoutTest, ACallWithoutADeadlineEndsAtItsStagesTimeouts) {
+  t::ClusterSpec spec = t::Spec("stories260K", 0, 1, 1, 1, {"--first-token-timeout", "300ms"});
+  spec.decode_flags = {"--debug-step-delay", "1s"};
+  t::Cluster cluster(spec);
+  const t::GoldenCase c = t::LoadGoldenCases("stories260K").at(0);
+  grpc::ClientContext context;  // no deadline
+  const absl::Time start = absl::Now();
+  const t::Generated got = t::Generate(cluster.stub(), t::GreedyIds(c.prompt_ids, 8), &context);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << got.status.error_message();
+  EXPECT_NE(got.status.error_message().find("--first-token-timeout"), std::string::npos)
+      << got.status.error_message();
+  EXPECT_NE(got.status.error_message().find("3 attempts"), std::string::npos)
+      << got.status.error_message();
+  std::printf("[figure] no client deadline, a decode worker with 1 s steps, "
+              "--first-token-timeout 300ms: DEADLINE_EXCEEDED after %.0f ms (3 attempts)\n",
+              absl::ToDoubleMilliseconds(took));
+  EXPECT_GE(took, absl::Milliseconds(850));
+  EXPECT_LT(took, absl::Milliseconds(2500));
 }
 
 // C6: a prefill worker SIGKILLed while it prefills (each prefill step takes 500 ms here): the
