@@ -55,9 +55,11 @@ grpc::ServerWriteReactor<GenerateResponse>* RefusedGenerate(const grpc::Status& 
 }
 
 GenerateCall::GenerateCall(RouterParts& parts, grpc::CallbackServerContext* context)
-    : parts_(parts), context_(context), arrival_(absl::Now()) {}
+    : parts_(parts), context_(context), arrival_(absl::Now()) {
+  parts_.live_calls.fetch_add(1);
+}
 
-GenerateCall::~GenerateCall() = default;
+GenerateCall::~GenerateCall() { parts_.live_calls.fetch_sub(1); }
 
 grpc::ServerWriteReactor<GenerateResponse>* GenerateCall::Start(
     RouterParts& parts, grpc::CallbackServerContext* context,

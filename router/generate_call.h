@@ -75,6 +75,9 @@ struct RouterParts {
   ActiveCalls& active;
   const std::atomic<bool>& draining;
   std::function<std::string()> new_request_id;
+  // GenerateCall objects alive (their worker calls may outlive the client's call): the owner
+  // waits for none before it goes.
+  std::atomic<int>& live_calls;
 };
 
 // The reactor of a Generate call refused before it began (e.g. a missing API key).

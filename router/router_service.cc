@@ -63,6 +63,14 @@ RouterService::RouterService(const RouterOptions& options, std::unique_ptr<Token
 }
 
 RouterService::~RouterService() {
+  // Calls still alive (a worker call outliving its client's call) use this service's parts:
+  // end them and wait for their worker calls, which a Reserve's timeout bounds.
+  EndAll();
+  const absl::Time give_up = absl::Now() + options_.timeouts.reserve + absl::Seconds(1);
+  while (live_calls_.load() > 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  if (live_calls_.load() > 0) {
+    ESTUARY_LOG(WARNING) << live_calls_.load() << " Generate calls still alive at shutdown";
+  }
   {
     absl::MutexLock lock(&stop_mu_);
     stopping_ = true;

@@ -150,10 +150,11 @@ class RouterService {
   PromptHomes prompt_homes_{/*capacity=*/4096, /*ttl=*/absl::Seconds(60)};
   TtftFloor ttft_floor_;
   ActiveCalls active_;
-  RouterParts parts_{options_,  *tokenizer_, limits_,          served_name_,
-                     metrics_,  registry_,   prompt_homes_,    admission_,
-                     ttft_floor_, channels_, active_,          draining_,
-                     [this] { return NewRequestId(); }};
+  std::atomic<int> live_calls_{0};
+  RouterParts parts_{options_,    *tokenizer_, limits_,       served_name_,
+                     metrics_,    registry_,   prompt_homes_, admission_,
+                     ttft_floor_, channels_,   active_,       draining_,
+                     [this] { return NewRequestId(); },       live_calls_};
 
   absl::Mutex stop_mu_;
   bool stopping_ ABSL_GUARDED_BY(stop_mu_) = false;
