@@ -360,6 +360,8 @@ TEST(PrefillFailureTest, AKilledPrefillWorkersRequestIsRetriedElsewhereAndComple
   ASSERT_TRUE(got.status.ok()) << got.status.error_message() << "\n"
                                << cluster.router().process->Log();
   EXPECT_EQ(got.ids, Prefix(c.completion_ids, 40));
+  // Prefilled again on the other worker (a 500 ms step), not on the decode worker.
+  EXPECT_GE(finished_after, absl::Milliseconds(450));
   const std::string router_log = cluster.router().process->Log();
   EXPECT_EQ(Count(router_log, "trying another worker"), 1) << router_log;
   // The first attempt's reservation went back (the router aborted it on the decode worker).
@@ -409,9 +411,22 @@ TEST(RollingRestartTest, RestartingEachDecodeWorkerUnderLoadShowsNoClientAnError
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
     while (completed.load() < n && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
   };
+  // Until decode worker `d` streams something (its live load says so), so each drain has work.
+  auto wait_busy = [&](int d) {
+    auto stub = estuary::v1::DecodeWorker::NewStub(
+        grpc::CreateChannel(cluster.decode(d).address, grpc::InsecureChannelCredentials()));
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      grpc::ClientContext context;
+      estuary::v1::WorkerLoad load;
+      if (stub->GetLoad(&context, {}, &load).ok() && load.running_sequences() > 0) return;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  };
   std::vector<double> drain_ms;
   for (int d = 0; d < 2; ++d) {
     wait_for(completed.load() + 6);
+    wait_busy(d);
     cluster.decode(d).process->Signal(SIGTERM);
     const absl::Time signalled = absl::Now();
     absl::StatusOr<int> exited = cluster.decode(d).process->Wait(absl::Seconds(20));
@@ -423,11 +438,15 @@ TEST(RollingRestartTest, RestartingEachDecodeWorkerUnderLoadShowsNoClientAnError
   wait_for(completed.load() + 6);
   stop = true;
   for (std::thread& client : clients) client.join();
-  const int migrations = Count(cluster.router().process->Log(), "resuming it on");
+  const std::string log = cluster.router().process->Log();
+  const int migrations = Count(log, "resuming it on");
+  const int retries = Count(log, "trying another worker");
   std::printf("[figure] C9 rolling restart of 2 decode workers under 6 clients: %d requests "
               "completed, %d failed, %d wrong; drains took %.0f / %.0f ms; %d streams resumed "
-              "elsewhere\n",
-              completed.load(), failed.load(), wrong.load(), drain_ms[0], drain_ms[1], migrations);
+              "and %d requests retried elsewhere\n",
+              completed.load(), failed.load(), wrong.load(), drain_ms[0], drain_ms[1], migrations,
+              retries);
+  EXPECT_GE(migrations + retries, 2) << "each drain moved work off its worker";
   EXPECT_EQ(failed.load(), 0) << (errors.empty() ? "" : errors.front()) << "\n"
                               << cluster.router().process->Log();
   EXPECT_EQ(wrong.load(), 0);
