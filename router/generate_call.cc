@@ -763,7 +763,6 @@ void GenerateCall::OnWriteDone(bool ok) {
       // The client went away (OnCancel says so too); nothing more can be written.
       pending_.reset();
       if (!ended_) {
-        client_gone_ = true;
         Apply(FlowEvent::kCancelled, absl::CancelledError("the client went away"), todo);
       }
     }
@@ -788,11 +787,11 @@ void GenerateCall::OnCancel() {
   {
     absl::MutexLock lock(&mu_);
     if (ended_ || flow_ == std::nullopt) return;
-    // gRPC cancels the call when the client cancels, goes away, or its deadline passes.
-    if (absl::Now() >= client_deadline_) {
+    // gRPC cancels the call when the client cancels, goes away, or its deadline passes (a
+    // little before this process's clock says so, at times).
+    if (absl::Now() + absl::Milliseconds(5) >= client_deadline_) {
       Apply(FlowEvent::kDeadline, absl::DeadlineExceededError("the deadline passed"), todo);
     } else {
-      client_gone_ = true;
       Apply(FlowEvent::kCancelled, absl::CancelledError("the client went away"), todo);
     }
   }
@@ -803,7 +802,6 @@ void GenerateCall::OnDone() {
   std::shared_ptr<GenerateCall> self;
   {
     absl::MutexLock lock(&mu_);
-    server_done_ = true;
     ticket_.reset();  // the stream's admission slot
     self = std::move(self_);
   }

@@ -242,7 +242,6 @@ class GenerateCall final : public grpc::ServerWriteReactor<estuary::v1::Generate
   absl::Time last_token_at_ ABSL_GUARDED_BY(mu_);
   std::optional<estuary::v1::FinishReason> finish_ ABSL_GUARDED_BY(mu_);
   std::optional<CancelCause> cancel_cause_ ABSL_GUARDED_BY(mu_);  // Cancel's
-  bool client_gone_ ABSL_GUARDED_BY(mu_) = false;
   // The server side: one write at a time; what comes meanwhile is merged into pending_.
   estuary::v1::GenerateResponse writing_ ABSL_GUARDED_BY(mu_);
   std::optional<estuary::v1::GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
@@ -251,7 +250,6 @@ class GenerateCall final : public grpc::ServerWriteReactor<estuary::v1::Generate
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish (or WriteAndFinish) started
   std::optional<estuary::v1::GenerateResponse> final_ ABSL_GUARDED_BY(mu_);  // the Complete
   grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
-  bool server_done_ ABSL_GUARDED_BY(mu_) = false;  // OnDone ran
 };
 
 }  // namespace estuary::router
