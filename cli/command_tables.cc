@@ -66,7 +66,8 @@ const std::vector<CommandFlags>& Servers() {
               "discovery_interval", "ready_file", "metrics_port", "shutdown_timeout",
               "http_max_concurrent_requests", "http_max_body_bytes", "http_request_timeout",
               "http_read_timeout", "chat_template", "ssl_certfile", "ssl_keyfile",
-              "cluster_port"},
+              "cluster_port", "migration_limit", "reserve_timeout", "prefill_timeout",
+              "first_token_timeout", "token_gap_timeout", "abort_timeout"},
              ClusterSecurityFlags()})},
       {"estuary-prefill", "", "the prefill worker: prompts in, KV pages pushed to decode workers",
        Join({WorkerFlags(), ClusterSecurityFlags()})},
@@ -114,7 +115,8 @@ const Names& UpPassThroughFlags() {
       "served_model_name", "http_port", "max_queued_requests", "max_concurrent_streams",
       "worker_timeout",
       "http_max_concurrent_requests", "http_max_body_bytes", "http_request_timeout",
-      "http_read_timeout", "chat_template",
+      "http_read_timeout", "chat_template", "migration_limit", "reserve_timeout",
+      "prefill_timeout", "first_token_timeout", "token_gap_timeout", "abort_timeout",
       // router and workers
       "max_model_len",
       // workers

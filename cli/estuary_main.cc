@@ -160,6 +160,19 @@ ABSL_FLAG(absl::Duration, http_request_timeout, absl::Minutes(10),
           "up -> router: an HTTP generation request is given this long in all");
 ABSL_FLAG(absl::Duration, http_read_timeout, absl::Seconds(30),
           "up -> router: an HTTP client that sends nothing for this long is dropped");
+ABSL_FLAG(int, migration_limit, 3,
+          "up -> router: times a stream is resumed on another decode worker when its own fails "
+          "or drains; 0 = never");
+ABSL_FLAG(absl::Duration, reserve_timeout, absl::Seconds(5),
+          "up -> router: a decode worker's Reserve may take this long");
+ABSL_FLAG(absl::Duration, prefill_timeout, absl::Seconds(120),
+          "up -> router: a prefill worker's Prefill may take this long");
+ABSL_FLAG(absl::Duration, first_token_timeout, absl::Seconds(120),
+          "up -> router: a decode stream's first token may take this long");
+ABSL_FLAG(absl::Duration, token_gap_timeout, absl::Seconds(30),
+          "up -> router: the gap between two tokens of a decode stream may last this long");
+ABSL_FLAG(absl::Duration, abort_timeout, absl::Seconds(1),
+          "up -> router: a worker Abort may take this long");
 ABSL_FLAG(std::string, chat_template, "",
           "up -> router: Jinja chat template file for /v1/chat/completions; default: "
           "tokenizer_config.json's chat_template");

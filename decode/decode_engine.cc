@@ -90,6 +90,13 @@ absl::Status DecodeEngine::ValidateRequest(const DecodeRequest& request) const {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens = ", request.max_tokens, " must be >= 1"));
   }
+  if (request.resumed_output < 0 ||
+      request.resumed_output >= static_cast<int>(request.prompt_ids.size()) ||
+      request.resumed_output >= request.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resumed_output_tokens = ", request.resumed_output, " must be in [0, min(prompt of ",
+        request.prompt_ids.size(), " tokens, max_tokens = ", request.max_tokens, "))"));
+  }
   ESTUARY_RETURN_IF_ERROR(request.sampling.Validate());
   if (request.exit_threshold && !(*request.exit_threshold >= -1.0f &&
                                   *request.exit_threshold <= 2.0f)) {
@@ -225,7 +232,7 @@ absl::Status DecodeEngine::PrefillStep() {
     entry.tokens = absl::MakeConstSpan(s.tokens.data() + begin, static_cast<size_t>(end - begin));
     entry.start_pos = begin;
     entry.exit_threshold = 2.0f;  // prefill runs the full backbone (design §5)
-    const bool wants_token = end == s.PrefillTarget() && s.generated == 0;
+    const bool wants_token = end == s.PrefillTarget() && !s.SampledHere();
     entry.want_logits = wants_token && !TokenOnDevice(s);
     entries.push_back(entry);
     wants_tokens.push_back(wants_token);
@@ -287,7 +294,7 @@ absl::Status DecodeEngine::DecodeStep() {
   // Oldest first, so that preemption takes the newest.
   std::vector<Sequence*> candidates;
   for (auto& s : running_) {
-    if (!s->finished && !s->preempted && s->generated > 0 && !s->NeedsPrefill()) {
+    if (!s->finished && !s->preempted && s->SampledHere() && !s->NeedsPrefill()) {
       candidates.push_back(s.get());
     }
   }
@@ -426,15 +433,22 @@ void DecodeEngine::RemoveFinished() {
   for (auto& s : preempted) waiting_.push_front(std::move(s));
 }
 
+void DecodeEngine::PublishCounts() {
+  live_running_.store(static_cast<int>(running_.size()));
+  live_waiting_.store(static_cast<int>(waiting_.size()));
+}
+
 absl::Status DecodeEngine::Step() {
   DrainInbox();
   DrainReservations();
   RemoveFinished();  // sequences recomputed because a stale writer touched their pages
   Admit();
+  PublishCounts();
   absl::Status status = PrefillStep();
   RemoveFinished();
   if (status.ok()) status = DecodeStep();
   RemoveFinished();
+  PublishCounts();
   return status;
 }
 

@@ -172,6 +172,11 @@ class DecodeEngine {
   int running() const { return static_cast<int>(running_.size()); }
   // Sequences queued for the batch (new and preempted). Engine thread.
   int waiting() const { return static_cast<int>(waiting_.size()); }
+  // The same two counts from any thread, as of now (a worker's load, asked for by heartbeats
+  // while a step may be running): the batch as of the step's latest scheduling phase, and the
+  // queue with the requests submitted since.
+  int live_running() const { return live_running_.load(); }
+  int live_waiting() const { return live_waiting_.load() + static_cast<int>(inbox_.Queued()); }
   int64_t preemptions() const { return preemptions_; }
 
  private:
@@ -238,6 +243,8 @@ class DecodeEngine {
               bool release_pages = true);
   void FailAll(std::vector<Sequence*>& sequences, const absl::Status& status);
   void RemoveFinished();
+  // Copies the batch and queue sizes to live_running_ / live_waiting_ (engine thread).
+  void PublishCounts();
 
   std::unique_ptr<ShardedModel> borrowed_;  // Create(LlamaModel&, ...) only; runner_ runs it
   // The forward steps, on the CPU ranks or a GPU (CreateStepRunner); it made the pool.
@@ -250,6 +257,8 @@ class DecodeEngine {
   ExitStats stats_;
   int64_t preemptions_ = 0;
   std::atomic<int64_t> arrivals_{0};
+  std::atomic<int> live_running_{0};
+  std::atomic<int> live_waiting_{0};
 
   // Requests and aborts from other threads, taken by the engine thread at the start of Step().
   RequestInbox<DecodeRequest> inbox_;

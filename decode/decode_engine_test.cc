@@ -9,6 +9,7 @@
 #include "core/model/river.h"
 #include "core/model/sharded_model.h"
 #include "core/model/paged_kv_view.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/quant/int4_matmul.h"
 #include "gtest/gtest.h"
@@ -354,6 +355,56 @@ TEST(DecodeEngineReservationTest, LeaseExpiryAndAbortReturnThePages) {
                                             std::vector<uint8_t>(40))
                 .code(),
             absl::StatusCode::kNotFound);
+}
+
+// A resumed (migrated) stream: the prompt plus the first k tokens of an uninterrupted run, the k
+// tokens marked as output (DecodeRequest::resumed_output), gives exactly the rest of that run:
+// greedy, and seeded sampling with penalties and min_tokens, whose random stream and counts are
+// functions of the output position. Only the new tokens are emitted; max_tokens counts all.
+TEST(DecodeEngineResumeTest, AResumedStreamContinuesTheUninterruptedRun) {
+  auto loaded = LoadModel("models/stories260K");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const GoldenCase c = LoadGolden("stories260K").at(1);
+  DecodeEngineOptions options;
+  options.kv_cache_bytes = int64_t{16} << 20;
+  DecodeRequest sampled = Greedy("sampled", c.prompt_ids, 60);
+  sampled.sampling.temperature = 0.9f;
+  sampled.sampling.top_p = 0.95f;
+  sampled.sampling.presence_penalty = 0.4f;
+  sampled.sampling.frequency_penalty = 0.3f;
+  sampled.sampling.min_tokens = 30;
+  sampled.sampling.seed = 1234;
+  for (const DecodeRequest& base : {Greedy("greedy", c.prompt_ids, 60), sampled}) {
+    Collector collector;
+    auto engine = DecodeEngine::Create(*loaded->model, nullptr, options, collector.Sink());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    ASSERT_TRUE((*engine)->Submit(base).ok());
+    ASSERT_TRUE((*engine)->RunUntilIdle().ok());
+    const std::vector<int32_t> whole = collector.tokens[base.request_id];
+    ASSERT_EQ(whole.size(), 60u) << base.request_id;
+    for (int k : {1, 17, 45, 59}) {
+      DecodeRequest resumed = base;
+      resumed.request_id = absl::StrCat(base.request_id, "-from-", k);
+      resumed.prompt_ids.insert(resumed.prompt_ids.end(), whole.begin(), whole.begin() + k);
+      resumed.resumed_output = k;
+      ASSERT_TRUE((*engine)->Submit(resumed).ok());
+      ASSERT_TRUE((*engine)->RunUntilIdle().ok());
+      EXPECT_EQ(collector.tokens[resumed.request_id],
+                std::vector<int32_t>(whole.begin() + k, whole.end()))
+          << resumed.request_id;
+      EXPECT_EQ(collector.final_events[resumed.request_id].finish_reason, FinishReason::kLength);
+    }
+  }
+  // Output that cannot be: all of the prompt, or max_tokens already reached.
+  Collector collector;
+  auto engine = DecodeEngine::Create(*loaded->model, nullptr, options, collector.Sink());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  DecodeRequest all_output = Greedy("all", {1, 2, 3}, 10);
+  all_output.resumed_output = 3;
+  EXPECT_EQ((*engine)->Submit(all_output).code(), absl::StatusCode::kInvalidArgument);
+  DecodeRequest done = Greedy("done", {1, 2, 3, 4}, 2);
+  done.resumed_output = 2;
+  EXPECT_EQ((*engine)->Submit(done).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // Asking for a GPU engine fails cleanly where there is none: UNIMPLEMENTED in a build without

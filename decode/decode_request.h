@@ -25,6 +25,11 @@ struct DecodeRequest {
   // Exit mode lossless: the river drafts, the backbone verifies, so the tokens are the full
   // model's (core/model/lossless_round.h); needs the engine's river, CPU ranks only.
   bool lossless = false;
+  // A resumed (migrated) stream: the last `resumed_output` ids of prompt_ids are output already
+  // generated elsewhere (WorkerRequest.resumed_output_tokens). Sampling continues at that output
+  // position, the penalties and min_tokens count them, max_tokens includes them; only the new
+  // tokens are emitted. In [0, prompt_ids.size()) and below max_tokens.
+  int resumed_output = 0;
 };
 
 // One event per generated token, then (or with the last token) the final one.

@@ -66,6 +66,7 @@ DecodeRequest FromProto(const estuary::v1::WorkerRequest& proto, bool default_lo
   request.ignore_eos = proto.sampling().ignore_eos();
   if (proto.exit().threshold() != 0.0f) request.exit_threshold = proto.exit().threshold();
   request.exit_disabled = proto.exit().disable();
+  request.resumed_output = proto.resumed_output_tokens();
   switch (proto.exit().mode()) {
     case estuary::v1::EXIT_MODE_LOSSLESS:
       request.lossless = true;
@@ -135,8 +136,8 @@ absl::Status DecodeService::StepOnce() {
       ESTUARY_LOG(WARNING) << "decode step failed (its requests ended): " << stepped;
     }
   }
+  // The exit statistics as of this step; the counts GetLoad reads live.
   estuary::v1::WorkerLoad load;
-  load.set_running_sequences(engine_->running());
   load.set_exit_rate(engine_->exit_stats().exit_rate());
   load.set_mean_backbone_layers(engine_->exit_stats().mean_backbone_layers());
   DecodeMetrics& metrics = DecodeMetrics::Get();
@@ -237,6 +238,21 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* context,
       if (control_.ending) return worker::ShutDownBeforeFinishStatus();
       return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the stream");
     }
+    if (control_.draining && request->resumable()) {
+      // The caller resumes the stream elsewhere from the tokens it has (the router's
+      // migration): hand it back now rather than finishing it within --shutdown-timeout.
+      engine_->Abort(id);
+      loop_->Notify();
+      streams_.Close(id);
+      estuary::v1::DecodeResponse handed_back;
+      handed_back.set_finished(true);
+      handed_back.set_handed_back(true);
+      handed_back.set_status_code(static_cast<int>(absl::StatusCode::kUnavailable));
+      handed_back.set_status_message(
+          "this decode worker drains: the stream is handed back to be resumed elsewhere");
+      writer->Write(handed_back);
+      return grpc::Status::OK;
+    }
     absl::StatusOr<std::vector<TokenEvent>> events = streams_.Next(id, absl::Now() + kStreamPoll);
     if (!events.ok()) return ToGrpcStatus(events.status());
     if (events->empty()) continue;
@@ -276,6 +292,9 @@ grpc::Status DecodeService::Abort(grpc::ServerContext* context,
                                   estuary::v1::WorkerAbortResponse* response) {
   if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
   response->set_found(engine_->Abort(request->request_id()));
+  // Nothing will claim the request's token stream now (a reservation the router gave up on
+  // would otherwise count as open, and hold up a drain, for a minute).
+  streams_.Close(request->request_id());
   loop_->Notify();
   return grpc::Status::OK;
 }
@@ -286,9 +305,12 @@ grpc::Status DecodeService::GetLoad(grpc::ServerContext* context,
   if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
   {
     absl::MutexLock lock(&load_mu_);
-    *response = load_;  // the engine-thread figures of the latest step
+    *response = load_;  // the exit statistics of the latest step
   }
-  // The pool and reservation figures are thread-safe: current, not as of the latest step.
+  // Every count is read now, not as of the latest step, so a heartbeat sent while a long step
+  // runs reports what is queued meanwhile (the engine's counts and the pool are thread-safe).
+  response->set_running_sequences(engine_->live_running());
+  response->set_waiting_sequences(engine_->live_waiting());
   worker::SetPoolLoad(engine_->pool(), response);
   response->set_reserved_requests(engine_->reserved());
   response->set_not_ready(!control_.ready);

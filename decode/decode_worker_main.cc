@@ -55,7 +55,7 @@ absl::Status Run() {
   options.engine.lossless = exit_mode.lossless;
   if (absl::GetFlag(FLAGS_lease_ms) <= 0) return absl::InvalidArgumentError("--lease-ms must be > 0");
   options.default_lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
-  ESTUARY_ASSIGN_OR_RETURN(options.debug_step_delay, worker::DebugStepDelayFromFlags());
+  options.debug_step_delay = process.debug_step_delay;
 
   ESTUARY_ASSIGN_OR_RETURN(const Device device, worker::WorkerDevice(process));
   options.engine.cuda_device = device.is_cpu() ? -1 : device.ordinal;

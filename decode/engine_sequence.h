@@ -23,21 +23,29 @@ struct DecodeEngine::Sequence {
            std::vector<int32_t> eos_ids)
       : request(std::move(r)),
         tokens(request.prompt_ids),
+        generated(request.resumed_output),
+        resumed(request.resumed_output),
         sampler(request.sampling, std::move(eos_ids)),
         kv(pool),
         arrival(arrival_order),
         exit_threshold(threshold) {}
 
-  // Tokens whose KV must be present before the next decode step: all but the last generated
-  // token (which the step feeds), or the whole prompt before the first token.
+  // Whether this engine sampled a token of the sequence yet (a resumed stream's output that came
+  // in the prompt does not count: it is prefilled like the prompt).
+  bool SampledHere() const { return generated > resumed; }
+  // Tokens whose KV must be present before the next decode step: all but the last token sampled
+  // here (which the step feeds), or the whole prompt before the first one.
   int PrefillTarget() const {
-    return static_cast<int>(tokens.size()) - (generated > 0 ? 1 : 0);
+    return static_cast<int>(tokens.size()) - (SampledHere() ? 1 : 0);
   }
   bool NeedsPrefill() const { return kv.length() < PrefillTarget(); }
 
   DecodeRequest request;
   std::vector<int32_t> tokens;  // prompt, then every generated token
+  // Output tokens so far, those that came in a resumed stream's prompt included: the sampler's
+  // output position, and what max_tokens bounds.
   int generated = 0;
+  const int resumed;  // request.resumed_output
   Sampler sampler;
   SequenceKv kv;
   int64_t arrival;

@@ -90,6 +90,12 @@ absl::Status PrefillEngine::Submit(PrefillRequest request) {
   const LlamaConfig& config = runner_->config();
   ESTUARY_RETURN_IF_ERROR(ValidatePromptIds(config, request.prompt_ids));
   ESTUARY_RETURN_IF_ERROR(request.sampling.Validate());
+  if (request.resumed_output < 0 ||
+      request.resumed_output >= static_cast<int>(request.prompt_ids.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resumed_output_tokens = ", request.resumed_output, " must be in [0, prompt of ",
+        request.prompt_ids.size(), " tokens)"));
+  }
   if (request.exit_threshold &&
       !(*request.exit_threshold >= -1.0f && *request.exit_threshold <= 2.0f)) {
     return absl::InvalidArgumentError(
@@ -258,7 +264,8 @@ absl::Status PrefillEngine::RunBatch(bool* ran) {
     if (!last_chunk[i]) continue;
     if (entries[i].want_logits) {
       SampledToken first = s.sampler.Sample(
-          absl::MakeSpan(logits.data() + logit_row * vocab, vocab), s.request.prompt_ids, 0);
+          absl::MakeSpan(logits.data() + logit_row * vocab, vocab), s.request.prompt_ids,
+          s.request.resumed_output);
       s.first_token = first.id;
       s.first_token_logprobs = std::move(first.logprobs);
       ++logit_row;

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "core/model/generator.h"
 #include "core/model/model_loader.h"
 #include "core/model/paged_kv_view.h"
 #include "core/model/sharded_model.h"
@@ -391,6 +392,46 @@ class PrefillEngineTest : public ::testing::Test {
   }
   std::unique_ptr<ShardedModel> model_;
 };
+
+// A resumed (migrated) stream's prompt ends with k tokens of output: the first token is sampled
+// at output position k, so it is the (k + 1)-th token of the uninterrupted seeded run (the same
+// random stream, the presence penalty counting those k tokens, min_tokens still masking EOS).
+TEST_F(PrefillEngineTest, AResumedPromptSamplesAtItsOutputPosition) {
+  const GoldenCase c = LoadGoldenCases("stories260K").at(1);
+  GenerateRequest whole;
+  whole.prompt_ids = c.prompt_ids;
+  whole.max_tokens = 40;
+  whole.sampling.temperature = 0.9f;
+  whole.sampling.presence_penalty = 0.5f;
+  whole.sampling.min_tokens = 20;
+  whole.sampling.seed = 77;
+  ShardedForwardOptions invariant;  // the prefill engine's kernels, so the logits match bitwise
+  invariant.chunk_invariant = true;
+  absl::StatusOr<GenerateResult> uninterrupted = Generate(*model_, whole, nullptr, invariant);
+  ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
+  const std::vector<int32_t>& out = uninterrupted->completion_ids;
+  ASSERT_EQ(out.size(), 40u);
+  Collector collector;
+  auto engine = PrefillEngine::Create(*model_, Options(64), collector.Sink());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  for (int k : {0, 5, 19, 33}) {
+    PrefillRequest resumed = Request(std::to_string(k), c.prompt_ids);
+    resumed.sampling = whole.sampling;
+    resumed.prompt_ids.insert(resumed.prompt_ids.end(), out.begin(), out.begin() + k);
+    resumed.resumed_output = k;
+    ASSERT_TRUE((*engine)->Submit(std::move(resumed)).ok());
+  }
+  ASSERT_TRUE((*engine)->RunUntilIdle().ok());
+  for (int k : {0, 5, 19, 33}) {
+    PrefillDone& done = collector.done(std::to_string(k));
+    ASSERT_TRUE(done.status.ok()) << done.status;
+    EXPECT_EQ(done.first_token, out[static_cast<size_t>(k)]) << "resumed after " << k;
+  }
+  PrefillRequest all_output = Request("all", {1, 2});
+  all_output.resumed_output = 2;
+  EXPECT_EQ((*engine)->Submit(std::move(all_output)).code(), absl::StatusCode::kInvalidArgument);
+  collector.Clear();
+}
 
 TEST_F(PrefillEngineTest, RejectsBadInputNamingTheLimit) {
   const LlamaConfig& c = model_->config();

@@ -23,6 +23,11 @@ struct PrefillRequest {
   SamplingParams sampling;          // samples the first token from the last position's logits
   std::optional<absl::Time> deadline;   // DEADLINE_EXCEEDED when it passes before the prompt is done
   std::optional<float> exit_threshold;  // τ with prefill_exit; the engine's default when unset
+  // A resumed (migrated) stream: the last `resumed_output` prompt ids are output generated
+  // elsewhere, so the first token is sampled at that output position (the seeded random stream,
+  // the penalties and min_tokens count them: WorkerRequest.resumed_output_tokens). In
+  // [0, prompt_ids.size()).
+  int resumed_output = 0;
 };
 
 // One layer of one prompt chunk is in the pool on one TP rank: positions [first_pos, end_pos) of

@@ -89,13 +89,9 @@ absl::Status PrefillService::StepOnce() {
       ESTUARY_LOG(WARNING) << "prefill step failed (its requests ended): " << stepped;
     }
   }
-  estuary::v1::WorkerLoad load;
-  load.set_running_sequences(engine_->running() + engine_->waiting());
   worker::EngineMetrics::Get().UpdateScheduler(engine_->running(), engine_->waiting(),
                                                /*preemptions=*/0);  // prefill never preempts
   worker::EngineMetrics::Get().UpdatePool(engine_->pool());
-  absl::MutexLock lock(&load_mu_);
-  load_ = load;
   return stepped;
 }
 
@@ -158,6 +154,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   prefill.sampling = rpc::SamplingFromProto(in.sampling());
   prefill.deadline = deadline;
   if (in.exit().threshold() != 0.0f) prefill.exit_threshold = in.exit().threshold();
+  prefill.resumed_output = in.resumed_output_tokens();
   {
     absl::MutexLock lock(&mu_);
     if (pending_.size() >= static_cast<size_t>(options_.max_requests_in_flight)) {
@@ -171,10 +168,12 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat("request '", prefill.request_id, "' is already live"));
     }
+    pending_tokens_ += in.prompt_ids_size();
   }
   auto forget = [&] {
     absl::MutexLock lock(&mu_);
     pending_.erase(in.request_id());
+    pending_tokens_ -= in.prompt_ids_size();
   };
   if (absl::Status submitted = engine_->Submit(std::move(prefill)); !submitted.ok()) {
     forget();
@@ -261,8 +260,11 @@ grpc::Status PrefillService::GetLoad(grpc::ServerContext* context,
                                      estuary::v1::WorkerLoad* response) {
   if (grpc::Status auth = rpc::CheckClusterToken(context); !auth.ok()) return auth;
   {
-    absl::MutexLock lock(&load_mu_);
-    *response = load_;  // the engine-thread figures of the latest step
+    // Read now, not as of the engine's latest step: a heartbeat sent while a long step runs
+    // reports the prompts queued meanwhile.
+    absl::MutexLock lock(&mu_);
+    response->set_running_sequences(static_cast<int>(pending_.size()));
+    response->set_queued_prefill_tokens(pending_tokens_);
   }
   worker::SetPoolLoad(engine_->pool(), response);  // thread-safe, current
   response->set_not_ready(!control_.ready);

@@ -42,8 +42,9 @@ struct PrefillServiceOptions {
   // Prefill calls at once (queued and running); beyond, RESOURCE_EXHAUSTED with a retry hint
   // (WorkerProcessOptions::max_requests_in_flight).
   int max_requests_in_flight = 64 + 256;
-  // Fault injection (--debug-step-delay, for fencing and drain tests): every engine step that
-  // has work sleeps this long first, on the engine thread, as a slow or stalled engine would.
+  // Fault injection (--debug-step-delay, for tests that need a prefill under way: fencing,
+  // drain, a prefill worker killed mid-prefill): every engine step that has work sleeps this
+  // long first, on the engine thread, as a slow or stalled engine would.
   absl::Duration debug_step_delay = absl::ZeroDuration();
 };
 
@@ -92,10 +93,9 @@ class PrefillService final : public estuary::v1::PrefillWorker::Service {
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
+  int64_t pending_tokens_ ABSL_GUARDED_BY(mu_) = 0;  // their prompt tokens (the load)
 
   std::unique_ptr<PrefillEngine> engine_;
-  absl::Mutex load_mu_;
-  estuary::v1::WorkerLoad load_ ABSL_GUARDED_BY(load_mu_);
   std::unique_ptr<StepLoop> loop_;  // destroyed first: no step runs while the rest goes
 };
 

@@ -31,12 +31,12 @@ absl::Status Run() {
   PrefillServiceOptions options;
   options.model_id = process.model_id;
   options.max_requests_in_flight = process.max_requests_in_flight;
+  options.debug_step_delay = process.debug_step_delay;
   ESTUARY_ASSIGN_OR_RETURN(options.engine.kv_cache_bytes, worker::KvCacheBytesFromFlags(process));
   options.engine.gpu_memory_utilization = worker::GpuMemoryUtilizationFlag();
   options.engine.block_size = absl::GetFlag(FLAGS_block_size);
   options.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   options.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
-  ESTUARY_ASSIGN_OR_RETURN(options.debug_step_delay, worker::DebugStepDelayFromFlags());
   ESTUARY_ASSIGN_OR_RETURN(const Device device, worker::WorkerDevice(process));
   options.engine.cuda_device = device.is_cpu() ? -1 : device.ordinal;
 

@@ -20,6 +20,9 @@
 //                  [--chat-template FILE] [--ssl-certfile F --ssl-keyfile F]
 //                  [--cluster-token T] [--cluster-port P]
 //                  [--cluster-ca-file F --cluster-cert-file F --cluster-key-file F]
+//                  [--migration-limit N] [--reserve-timeout D]
+//                  [--prefill-timeout D] [--first-token-timeout D] [--token-gap-timeout D]
+//                  [--abort-timeout D]
 // Who may use which port: router_doors.h (client port, worker registration) and
 // rpc/cluster_security.h (the calls to the workers).
 // Its flags: cli/command_tables.cc (RouterCommand); `estuary-router --help` lists them.
@@ -112,6 +115,20 @@ ABSL_FLAG(int, cluster_port, -1,
           "worker registration (WorkerRegistry) on a port of its own, with the cluster's "
           "credentials (mutual TLS when configured); workers' --router points here; -1 = on the "
           "client port (not with mutual TLS), 0 = any free port");
+ABSL_FLAG(int, migration_limit, 3,
+          "times a stream is resumed on another decode worker when its own fails, hangs or "
+          "drains after the first token (from the tokens sent so far; the client sees one "
+          "stream); 0 = never (it ends UNAVAILABLE)");
+ABSL_FLAG(absl::Duration, reserve_timeout, absl::Seconds(5),
+          "a decode worker's Reserve may take this long (when the client's deadline is later)");
+ABSL_FLAG(absl::Duration, prefill_timeout, absl::Seconds(120),
+          "a prefill worker's Prefill (the prompt and its KV push) may take this long");
+ABSL_FLAG(absl::Duration, first_token_timeout, absl::Seconds(120),
+          "a decode stream's first token (a local prefill included) may take this long");
+ABSL_FLAG(absl::Duration, token_gap_timeout, absl::Seconds(30),
+          "the gap between two tokens of a decode stream may last this long; past it the "
+          "worker counts as hung (retried, or resumed elsewhere)");
+ABSL_FLAG(absl::Duration, abort_timeout, absl::Seconds(1), "a worker Abort may take this long");
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template file for /v1/chat/completions (Hugging Face chat_template syntax); "
           "default: chat_template in the model folder's tokenizer_config.json; neither: those "
@@ -184,6 +201,12 @@ absl::StatusOr<RouterOptions> OptionsFromFlags() {
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.shutdown_timeout = absl::GetFlag(FLAGS_shutdown_timeout);
   options.discovery_interval = absl::GetFlag(FLAGS_discovery_interval);
+  options.migration_limit = absl::GetFlag(FLAGS_migration_limit);
+  options.timeouts.reserve = absl::GetFlag(FLAGS_reserve_timeout);
+  options.timeouts.prefill = absl::GetFlag(FLAGS_prefill_timeout);
+  options.timeouts.first_token = absl::GetFlag(FLAGS_first_token_timeout);
+  options.timeouts.token_gap = absl::GetFlag(FLAGS_token_gap_timeout);
+  options.timeouts.abort = absl::GetFlag(FLAGS_abort_timeout);
   for (const std::string& entry : absl::GetFlag(FLAGS_discover_workers)) {
     ESTUARY_ASSIGN_OR_RETURN(DiscoveryTarget target, ParseDiscoveryTarget(entry));
     options.discover_workers.push_back(std::move(target));

@@ -91,6 +91,11 @@ RouterMetrics::RouterMetrics(std::string model)
           "estuary:kv_cache_usage_perc",
           "KV pages in use over all live decode workers, 0 to 1 (Inference Extension "
           "KV-cache utilisation).",
+          Model(model_name))),
+      migrations(MetricsRegistry::Global().GetCounter(
+          "estuary:request_migrations_total",
+          "Streams resumed on another decode worker after theirs failed, hung or drained "
+          "(--migration-limit).",
           Model(model_name))) {}
 
 common::Counter& RouterMetrics::Finished(std::optional<estuary::v1::FinishReason> reason) {

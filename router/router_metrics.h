@@ -12,6 +12,7 @@
 //   num_requests_waiting   admitted, not yet streaming (the router's queue depth)
 //   num_requests_running   streaming: first token sent, not yet ended
 //   kv_cache_usage_perc    KV pages in use over all live decode workers, 0 to 1
+//   request_migrations_total   streams resumed on another decode worker (--migration-limit)
 //
 // README "Metrics" maps each to its vLLM name.
 
@@ -55,6 +56,7 @@ class RouterMetrics {
   common::Gauge& waiting;
   common::Gauge& running;
   common::Gauge& kv_usage;
+  common::Counter& migrations;
 
  private:
   explicit RouterMetrics(std::string model);

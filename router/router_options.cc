@@ -57,7 +57,13 @@ absl::Status ValidateRouterOptions(const RouterOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_attempts = ", options.max_attempts, " must be >= 1"));
   }
-  return absl::OkStatus();
+  if (options.migration_limit < 0 || options.migration_limit > RouterOptions::kMaxMigrationLimit) {
+    return absl::InvalidArgumentError(absl::StrCat("--migration-limit = ", options.migration_limit,
+                                                   " outside [0, ",
+                                                   RouterOptions::kMaxMigrationLimit,
+                                                   "] (0 = no migration)"));
+  }
+  return options.timeouts.Validate();
 }
 
 }  // namespace estuary::router

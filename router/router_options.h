@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "router/stage_timeouts.h"
 #include "router/worker_discovery.h"
 #include "router/worker_registry.h"
 
@@ -55,8 +56,17 @@ struct RouterOptions {
   // every discovery_interval. Empty: registration only.
   std::vector<DiscoveryTarget> discover_workers;
   absl::Duration discovery_interval = absl::Milliseconds(500);
-  // Attempts of a request whose worker turned out UNAVAILABLE before anything was streamed.
+  // Attempts of a request whose worker failed (UNAVAILABLE, dropped, hung, full) before its
+  // first token reached the client.
   int max_attempts = 3;
+  // --migration-limit: how many times a stream whose decode worker failed, hung or drained after
+  // its first token is resumed on another decode worker from the tokens sent so far (the client
+  // sees one stream); 0 = never: it ends UNAVAILABLE. Also tells draining decode workers to hand
+  // streams back at once (DecodeRequest.resumable).
+  int migration_limit = 3;
+  static constexpr int kMaxMigrationLimit = 100;
+  // Each hop's own deadline when the client's is later or absent (--reserve-timeout, ...).
+  StageTimeouts timeouts;
 };
 
 // INVALID_ARGUMENT naming the flag.

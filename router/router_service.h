@@ -1,20 +1,21 @@
 #pragma once
 // RouterService: the router's two gRPC services (design §1).
 //
-//   - estuary.v1.Inference (inference_service()): Generate validates the request
-//     (request_validation.h), admits it first (admission.h: --max-concurrent-streams,
-//     --max-queued-requests), picks a (prefill, decode) pair
-//     from the registry by the placement policy and runs it disaggregated (decode Reserve ->
-//     prefill Prefill with the transfer descriptor -> decode Decode stream) or locally (decode
-//     Decode with `local_prefill`: prompts of at most --local-prefill-max-tokens tokens, or any
-//     prompt while no compatible prefill worker is registered). It relays the tokens as Chunks
-//     (token ids, UTF-8-safe text deltas, exit layers), applies stop strings on the text, and
-//     ends with one Complete (finish reason, usage, timings). The client's deadline goes to the
-//     workers; a client that goes away, or an Abort by request id from the caller that made
-//     the request (its API key and TLS identity; to anyone else the id does not exist), aborts
-//     the request on both workers. Ids the router makes are unguessable (request_ids.h). A worker that answers UNAVAILABLE is dropped from the registry, and the request
-//     is tried again on another pair while nothing has been streamed yet; so is one refused
-//     by a full worker (RESOURCE_EXHAUSTED), which stays registered.
+//   - estuary.v1.Inference (inference_service()): Generate runs on gRPC's callback API, one
+//     GenerateCall (generate_call.h) per call, whose RequestFlow (request_flow.h) is the
+//     request's state machine: admission first (admission.h: --max-concurrent-streams,
+//     --max-queued-requests), validation (request_validation.h), a deadline that cannot be met
+//     refused at once (ttft_floor.h); then placement on a (prefill, decode) pair by the policy,
+//     disaggregated (decode Reserve -> prefill Prefill with the transfer descriptor -> decode
+//     Decode stream) or locally (decode Decode with `local_prefill`: prompts of at most
+//     --local-prefill-max-tokens tokens, or any prompt while no compatible prefill worker is
+//     registered); the tokens relayed as Chunks (token_relay.h) and one Complete at the end.
+//     Every worker call has a deadline (the client's, or its stage's: stage_timeouts.h); a
+//     failed, dropped, draining or hung worker gets the request retried elsewhere before its
+//     first token and resumed elsewhere after it (--migration-limit). A client that goes away,
+//     or an Abort by request id from the caller that made the request (its API key and TLS
+//     identity; to anyone else the id does not exist), aborts the request on its workers. Ids
+//     the router makes are unguessable (request_ids.h).
 //     Abort, ListModels, GetModelInfo as in inference.proto.
 //   - estuary.v1.WorkerRegistry (registry_service()): Register / Heartbeat / Unregister into a
 //     WorkerRegistry (worker_registry.h); each call needs the cluster token when one is
@@ -22,28 +23,33 @@
 //     its certificate's identity. Which port serves it: router_doors.h. Workers found by name (--discover-workers) are probed
 //     into the same registry by a WorkerDiscovery (worker_discovery.h).
 //
-// Thread-safety: every RPC may run concurrently on gRPC's threads (one per call).
+// A watchdog thread beats every 20 ms: it expires silent workers, hands each worker the registry
+// dropped to the calls in flight on it, and times the Decode streams' tokens (GenerateCall::Tick).
+//
+// Thread-safety: every RPC may run concurrently on gRPC's threads; Generate holds none while
+// it waits.
 
 #include <atomic>
-#include <functional>
 #include <memory>
 #include <string>
-#include <optional>
 #include <thread>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/tokenizer/tokenizer.h"
 #include "estuary/v1/inference.grpc.pb.h"
 #include "estuary/v1/worker.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "router/active_calls.h"
 #include "router/admission.h"
+#include "router/generate_call.h"
 #include "router/prompt_homes.h"
 #include "router/request_validation.h"
 #include "router/router_metrics.h"
 #include "router/router_options.h"
+#include "router/ttft_floor.h"
+#include "router/worker_channels.h"
 #include "router/worker_discovery.h"
 #include "router/worker_registry.h"
 
@@ -85,15 +91,13 @@ class RouterService {
   bool Ready();
 
  private:
-  struct Active;  // one Generate in flight
-  struct Attempt;
-  class Relay;
-
-  class Inference final : public estuary::v1::Inference::Service {
+  // Generate on the callback API (a reactor per call, no thread held); the others synchronous.
+  class Inference final
+      : public estuary::v1::Inference::WithCallbackMethod_Generate<estuary::v1::Inference::Service> {
    public:
     explicit Inference(RouterService& router) : router_(router) {}
-    grpc::Status Generate(grpc::ServerContext* context, const estuary::v1::GenerateRequest* request,
-                          grpc::ServerWriter<estuary::v1::GenerateResponse>* writer) override;
+    grpc::ServerWriteReactor<estuary::v1::GenerateResponse>* Generate(
+        grpc::CallbackServerContext* context, const estuary::v1::GenerateRequest* request) override;
     grpc::Status Abort(grpc::ServerContext* context, const estuary::v1::AbortRequest* request,
                        estuary::v1::AbortResponse* response) override;
     grpc::Status ListModels(grpc::ServerContext* context,
@@ -123,25 +127,8 @@ class RouterService {
     RouterService& router_;
   };
 
-  grpc::Status Generate(grpc::ServerContext* context, const estuary::v1::GenerateRequest& request,
-                        grpc::ServerWriter<estuary::v1::GenerateResponse>* writer);
-  // One try on one pair; `retry` is set when it failed on an UNAVAILABLE worker with nothing
-  // streamed yet.
-  using WriteFn = std::function<bool(estuary::v1::GenerateResponse&)>;
-  // For GenerateRequest.same_prompt_as: the decode worker of that running request, for a local
-  // prefill that adopts its prompt pages; nullopt when it cannot be (then placement as usual).
-  std::optional<Placement> PlaceBeside(const std::string& first_id,
-                                       const std::vector<int32_t>& prompt, absl::Time now);
-  absl::Status RunAttempt(Active& active, Attempt& attempt, Relay& relay, const WriteFn& write,
-                          bool* retry);
-  // Cancels the worker call in progress and aborts the request on its workers. `client_gone`:
-  // the client cancelled or went away (else: an Abort RPC).
-  void Cancel(const std::shared_ptr<Active>& active, bool client_gone);
-  void AbortOnWorkers(const std::string& request_id, const std::string& decode_address,
-                      const std::string& prefill_address);
-  std::shared_ptr<grpc::Channel> Channel(const std::string& address);
   std::string NewRequestId();  // unguessable (request_ids.h)
-  // Watches the live requests' clients; runs on watchdog_.
+  // The watchdog's loop (see above); runs on watchdog_.
   void Watch();
   // The cluster-wide gauges of metrics_ from the live decode workers' loads (on heartbeats).
   void UpdateClusterLoad(absl::Time now);
@@ -160,15 +147,19 @@ class RouterService {
   Admission admission_{options_.max_concurrent_streams, options_.max_queued_requests};
   std::atomic<bool> draining_{false};
 
-  absl::Mutex channels_mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
-      ABSL_GUARDED_BY(channels_mu_);
-
-  // Where recent requests' prompts live, for GenerateRequest.same_prompt_as (PlaceBeside).
+  WorkerChannels channels_;
+  // Where recent requests' prompts live, for GenerateRequest.same_prompt_as.
   PromptHomes prompt_homes_{/*capacity=*/4096, /*ttl=*/absl::Seconds(60)};
-  absl::Mutex active_mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<Active>> active_ ABSL_GUARDED_BY(active_mu_);
-  bool stopping_ ABSL_GUARDED_BY(active_mu_) = false;
+  TtftFloor ttft_floor_;
+  ActiveCalls active_;
+  std::atomic<int> live_calls_{0};
+  RouterParts parts_{options_,    *tokenizer_, limits_,       served_name_,
+                     metrics_,    registry_,   prompt_homes_, admission_,
+                     ttft_floor_, channels_,   active_,       draining_,
+                     [this] { return NewRequestId(); },       live_calls_};
+
+  absl::Mutex stop_mu_;
+  bool stopping_ ABSL_GUARDED_BY(stop_mu_) = false;
   std::thread watchdog_;
 };
 

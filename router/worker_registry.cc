@@ -1,6 +1,7 @@
 #include "router/worker_registry.h"
 
 #include <algorithm>
+#include <deque>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -190,8 +191,8 @@ bool WorkerRegistry::MarkDead(const std::string& worker_id) {
   if (it == workers_.end()) return false;
   ESTUARY_LOG(WARNING) << RoleName(it->second->info.role()) << " worker " << worker_id << " at "
                        << it->second->info.address() << " is unreachable; dropped";
+  RecordDropLocked(*it->second, "unreachable");
   workers_.erase(it);
-  CountDrop("unreachable");
   return true;
 }
 
@@ -203,8 +204,8 @@ absl::Status WorkerRegistry::Unregister(const std::string& worker_id, const std:
   }
   ESTUARY_LOG(INFO) << RoleName(it->second->info.role()) << " worker " << worker_id << " at "
                     << it->second->info.address() << " unregistered (draining)";
+  RecordDropLocked(*it->second, "unregistered");
   workers_.erase(it);
-  CountDrop("unregistered");
   return absl::OkStatus();
 }
 
@@ -214,12 +215,30 @@ void WorkerRegistry::ExpireLocked(absl::Time now) {
       ESTUARY_LOG(WARNING) << RoleName(it->second->info.role()) << " worker " << it->first
                            << " missed its heartbeats for "
                            << absl::FormatDuration(now - it->second->last_seen) << "; dropped";
+      RecordDropLocked(*it->second, "expired");
       workers_.erase(it++);
-      CountDrop("expired");
     } else {
       ++it;
     }
   }
+}
+
+void WorkerRegistry::RecordDropLocked(const Entry& entry, const char* reason) {
+  CountDrop(reason);
+  if (dropped_.size() >= kMaxDroppedKept) dropped_.pop_front();
+  dropped_.push_back(DroppedWorker{entry.info.worker_id(), entry.info.role(), reason});
+}
+
+std::vector<DroppedWorker> WorkerRegistry::TakeDropped() {
+  absl::MutexLock lock(&mu_);
+  std::vector<DroppedWorker> taken(dropped_.begin(), dropped_.end());
+  dropped_.clear();
+  return taken;
+}
+
+void WorkerRegistry::Expire(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  ExpireLocked(now);
 }
 
 std::vector<WorkerRegistry::Entry*> WorkerRegistry::LiveLocked(WorkerRole role) {
@@ -250,7 +269,8 @@ namespace {
 // Requests' worth of load: what least_loaded and the affinity imbalance compare.
 int64_t RequestLoad(const WorkerInfo& info, const estuary::v1::WorkerLoad& load, int in_flight) {
   if (info.role() == estuary::v1::WORKER_ROLE_DECODE) {
-    return std::max<int64_t>(load.running_sequences() + load.reserved_requests(), in_flight);
+    return std::max<int64_t>(
+        load.running_sequences() + load.waiting_sequences() + load.reserved_requests(), in_flight);
   }
   return in_flight;
 }
@@ -318,11 +338,24 @@ absl::StatusOr<Placement> WorkerRegistry::ChooseDecode(const std::string& worker
   return absl::NotFoundError(absl::StrCat("decode worker '", worker_id, "' is not live"));
 }
 
+std::vector<WorkerRegistry::Entry*> WorkerRegistry::Avoiding(std::vector<Entry*> workers,
+                                                             absl::Span<const std::string> avoid) {
+  std::vector<Entry*> kept;
+  for (Entry* w : workers) {
+    if (std::find(avoid.begin(), avoid.end(), w->info.worker_id()) == avoid.end()) {
+      kept.push_back(w);
+    }
+  }
+  return kept.empty() ? workers : kept;
+}
+
 absl::StatusOr<Placement> WorkerRegistry::Choose(absl::Span<const int32_t> prompt, bool local,
-                                                 absl::Time now) {
+                                                 absl::Time now,
+                                                 absl::Span<const std::string> avoid) {
   absl::MutexLock lock(&mu_);
   ExpireLocked(now);
-  const std::vector<Entry*> decodes = LiveLocked(estuary::v1::WORKER_ROLE_DECODE);
+  const std::vector<Entry*> decodes =
+      Avoiding(LiveLocked(estuary::v1::WORKER_ROLE_DECODE), avoid);
   if (decodes.empty()) return absl::UnavailableError("no decode worker is registered");
   const int64_t tokens = static_cast<int64_t>(prompt.size());
   Placement placement;
@@ -331,7 +364,8 @@ absl::StatusOr<Placement> WorkerRegistry::Choose(absl::Span<const int32_t> promp
         CountInFlightLocked(*PickLocked(decodes, prompt, &decode_cursor_, decode_affinity_), tokens);
     return placement;
   }
-  const std::vector<Entry*> prefills = LiveLocked(estuary::v1::WORKER_ROLE_PREFILL);
+  const std::vector<Entry*> prefills =
+      Avoiding(LiveLocked(estuary::v1::WORKER_ROLE_PREFILL), avoid);
   if (prefills.empty()) return absl::UnavailableError("no prefill worker is registered");
   std::vector<Entry*> paired;  // decode workers with at least one compatible prefill worker
   for (Entry* d : decodes) {

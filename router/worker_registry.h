@@ -11,10 +11,10 @@
 //
 // Placement (Policy):
 //   - kRoundRobin: the next compatible worker of the role, in turn.
-//   - kLeastLoaded: the lowest load; decode load = max(reported running + reserved sequences,
-//     requests in flight through this router), prefill load = max(reported queued prefill
-//     tokens, prompt tokens in flight through this router). Ties: more free KV pages, then
-//     registration order.
+//   - kLeastLoaded: the lowest load; decode load = max(reported running + waiting + reserved
+//     sequences, requests in flight through this router), prefill load = max(reported queued
+//     prefill tokens, prompt tokens in flight through this router). Ties: more free KV pages,
+//     then registration order.
 //   - kPrefixAware: affinity by the hash of the prompt's leading full blocks (block_size tokens
 //     each, up to kAffinityBlocks blocks, chained): the worker that last served the longest
 //     matching prefix gets the request again (its prefix cache holds those pages), unless it is
@@ -23,9 +23,14 @@
 // A pair is only ever made of workers with the same KV format fingerprint and block size; an
 // incompatible pair is never chosen.
 //
+// Every drop is also kept (the newest kMaxDroppedKept) for TakeDropped: the router ends or
+// resumes the requests in flight on a dropped worker at once instead of waiting for their calls
+// to fail (issue 14 item 1).
+//
 // Time is passed in (`now`), so tests drive expiry without sleeping. Thread-safe.
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,6 +78,14 @@ struct WorkerView {
   int64_t in_flight_tokens = 0;     // their prompt tokens (prefill load)
 };
 
+// A worker the registry let go of, and why: "unreachable" (MarkDead), "expired" (heartbeats
+// missed), "unregistered" (it drains).
+struct DroppedWorker {
+  std::string worker_id;
+  estuary::v1::WorkerRole role = estuary::v1::WORKER_ROLE_UNSPECIFIED;
+  const char* reason = "";
+};
+
 // One request's placement. `prefill` is empty for local prefill on the decode worker.
 struct Placement {
   WorkerView decode;
@@ -105,9 +118,12 @@ class WorkerRegistry {
   std::vector<WorkerView> Live(estuary::v1::WorkerRole role, absl::Time now);
 
   // Picks a decode worker, and unless `local` a compatible prefill worker, by the policy; counts
-  // the request (and its prompt tokens) in flight on each (Release undoes it, one per worker). `prompt` feeds the prefix affinity.
-  // UNAVAILABLE when no decode worker (or, unless `local`, no compatible pair) is live.
-  absl::StatusOr<Placement> Choose(absl::Span<const int32_t> prompt, bool local, absl::Time now);
+  // the request (and its prompt tokens) in flight on each (Release undoes it, one per worker).
+  // `prompt` feeds the prefix affinity. Workers named in `avoid` (those that failed this request
+  // already) are passed over while others of their role can serve. UNAVAILABLE when no decode
+  // worker (or, unless `local`, no compatible pair) is live.
+  absl::StatusOr<Placement> Choose(absl::Span<const int32_t> prompt, bool local, absl::Time now,
+                                   absl::Span<const std::string> avoid = {});
   // The decode worker `worker_id` for a request it prefills itself (a sample placed beside an
   // earlier one of the same prompt), counted in flight like Choose. NOT_FOUND when that worker
   // is not live.
@@ -118,7 +134,14 @@ class WorkerRegistry {
   // Ends one request's count on a worker Choose returned (no-op when the worker is gone).
   void Release(const std::string& worker_id, int64_t prompt_tokens);
 
+  // The workers dropped since the last call, oldest first (at most kMaxDroppedKept).
+  std::vector<DroppedWorker> TakeDropped();
+  // Drops the workers whose heartbeats are older than worker_timeout at `now` (every other call
+  // does so too; this lets an owner notice expiry while no request comes).
+  void Expire(absl::Time now);
+
   const RegistryOptions& options() const { return options_; }
+  static constexpr size_t kMaxDroppedKept = 1024;
 
  private:
   struct Entry {
@@ -133,6 +156,8 @@ class WorkerRegistry {
   using AffinityTable = absl::flat_hash_map<uint64_t, std::string>;
 
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts the drop (estuary:workers_dropped_total{reason}) and keeps it for TakeDropped.
+  void RecordDropLocked(const Entry& entry, const char* reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<Entry*> LiveLocked(estuary::v1::WorkerRole role) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts one placed request (and its prompt tokens) in flight on `entry` (Release undoes it);
   // returns its view for the Placement.
@@ -141,6 +166,9 @@ class WorkerRegistry {
   Entry* PickLocked(const std::vector<Entry*>& candidates, absl::Span<const int32_t> prompt,
                     int64_t* cursor, AffinityTable& affinity) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static WorkerView View(const Entry& entry);
+  // `workers` less those named in `avoid`, unless that leaves none.
+  static std::vector<Entry*> Avoiding(std::vector<Entry*> workers,
+                                      absl::Span<const std::string> avoid);
 
   const ServedModel model_;
   const RegistryOptions options_;
@@ -151,6 +179,7 @@ class WorkerRegistry {
   int64_t prefill_cursor_ ABSL_GUARDED_BY(mu_) = 0;
   AffinityTable decode_affinity_ ABSL_GUARDED_BY(mu_);
   AffinityTable prefill_affinity_ ABSL_GUARDED_BY(mu_);
+  std::deque<DroppedWorker> dropped_ ABSL_GUARDED_BY(mu_);
 };
 
 // Whether two workers can form a pair: same KV format fingerprint and block size.

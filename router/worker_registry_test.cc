@@ -349,5 +349,58 @@ TEST(WorkerRegistryDrainTest, NotReadyWorkersGetNoWorkUntilReadyAgain) {
   EXPECT_EQ(placed->decode.info.worker_id(), "d1");
 }
 
+// Every way out of the registry is kept for TakeDropped (the router ends or resumes what ran
+// there), once each, with its reason; Expire notices silent workers without a placement.
+TEST(WorkerRegistryDrainTest, DropsAreKeptWithTheirReasonUntilTaken) {
+  RegistryOptions options;
+  options.worker_timeout = absl::Seconds(3);
+  WorkerRegistry registry(Model(), options);
+  ASSERT_TRUE(registry.Register(Decode("d1"), Running(0), kT0).ok());
+  ASSERT_TRUE(registry.Register(Decode("d2"), Running(0), kT0).ok());
+  ASSERT_TRUE(registry.Register(Prefill("p1"), {}, kT0).ok());
+  EXPECT_TRUE(registry.TakeDropped().empty());
+  EXPECT_TRUE(registry.MarkDead("d1"));
+  ASSERT_TRUE(registry.Unregister("p1").ok());
+  ASSERT_TRUE(registry.Heartbeat("d2", Running(0), kT0 + absl::Seconds(1)));
+  registry.Expire(kT0 + absl::Seconds(5));
+  const std::vector<DroppedWorker> dropped = registry.TakeDropped();
+  ASSERT_EQ(dropped.size(), 3u);
+  EXPECT_EQ(dropped[0].worker_id, "d1");
+  EXPECT_STREQ(dropped[0].reason, "unreachable");
+  EXPECT_EQ(dropped[1].worker_id, "p1");
+  EXPECT_EQ(dropped[1].role, estuary::v1::WORKER_ROLE_PREFILL);
+  EXPECT_STREQ(dropped[1].reason, "unregistered");
+  EXPECT_EQ(dropped[2].worker_id, "d2");
+  EXPECT_STREQ(dropped[2].reason, "expired");
+  EXPECT_TRUE(registry.TakeDropped().empty());
+}
+
+// A request's later attempts pass over the workers that failed it, while another can serve.
+TEST(WorkerRegistryTest, ChoosePassesOverWorkersToAvoidWhileOthersCanServe) {
+  WorkerRegistry registry(Model(), WithPolicy(Policy::kRoundRobin));
+  ASSERT_TRUE(registry.Register(Decode("d1"), Running(0), kT0).ok());
+  ASSERT_TRUE(registry.Register(Decode("d2"), Running(0), kT0).ok());
+  ASSERT_TRUE(registry.Register(Prefill("p1"), {}, kT0).ok());
+  const std::vector<std::string> avoid = {"d1", "p1"};
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<Placement> placed = registry.Choose(Prompt(4, 1), /*local=*/false, kT0, avoid);
+    ASSERT_TRUE(placed.ok()) << placed.status();
+    EXPECT_EQ(placed->decode.info.worker_id(), "d2");
+    EXPECT_EQ(placed->prefill->info.worker_id(), "p1");  // the only prefill worker
+  }
+}
+
+// Waiting sequences count as decode load: a worker whose queue is long is not least loaded.
+TEST(WorkerRegistryTest, LeastLoadedCountsTheDecodeQueue) {
+  WorkerRegistry registry(Model(), WithPolicy(Policy::kLeastLoaded));
+  WorkerLoad queued = Running(1);
+  queued.set_waiting_sequences(6);
+  ASSERT_TRUE(registry.Register(Decode("queued"), queued, kT0).ok());
+  ASSERT_TRUE(registry.Register(Decode("steady"), Running(3), kT0).ok());
+  absl::StatusOr<Placement> placed = registry.Choose(Prompt(4, 1), /*local=*/true, kT0);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ(placed->decode.info.worker_id(), "steady");
+}
+
 }  // namespace
 }  // namespace estuary::router

@@ -45,7 +45,7 @@ bool BearerMatches(absl::string_view authorization, absl::string_view key) {
                             key);
 }
 
-grpc::Status CheckApiKey(const grpc::ServerContext* context, const std::string& key) {
+grpc::Status CheckApiKey(const grpc::ServerContextBase* context, const std::string& key) {
   if (key.empty()) return grpc::Status::OK;
   if (context != nullptr) {
     const auto& metadata = context->client_metadata();

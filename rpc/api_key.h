@@ -29,7 +29,7 @@ bool BearerMatches(absl::string_view authorization, absl::string_view key);
 
 // OK when `key` is empty or the call's `authorization` metadata matches it; UNAUTHENTICATED
 // otherwise (missing or wrong, without saying which part was wrong).
-grpc::Status CheckApiKey(const grpc::ServerContext* context, const std::string& key);
+grpc::Status CheckApiKey(const grpc::ServerContextBase* context, const std::string& key);
 
 // Adds `authorization: Bearer KEY` to a call (nothing when `key` is empty).
 void AttachApiKey(grpc::ClientContext& context, const std::string& key);

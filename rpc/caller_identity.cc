@@ -5,7 +5,7 @@
 
 namespace estuary::rpc {
 
-std::string PeerIdentity(const grpc::ServerContext& context) {
+std::string PeerIdentity(const grpc::ServerContextBase& context) {
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   if (auth == nullptr || !auth->IsPeerAuthenticated()) return "";
   std::string identity;
@@ -16,7 +16,7 @@ std::string PeerIdentity(const grpc::ServerContext& context) {
   return identity;
 }
 
-std::string CallerIdentity(const grpc::ServerContext* context) {
+std::string CallerIdentity(const grpc::ServerContextBase* context) {
   if (context == nullptr) return "";
   std::string authorization;
   const auto& metadata = context->client_metadata();

@@ -14,11 +14,11 @@
 namespace estuary::rpc {
 
 // The peer certificate's identity (SANs, else CN; comma-separated); "" without one.
-std::string PeerIdentity(const grpc::ServerContext& context);
+std::string PeerIdentity(const grpc::ServerContextBase& context);
 
 // The caller's identity as above; "" for a null context (an in-process call) or a call that
 // presented nothing.
-std::string CallerIdentity(const grpc::ServerContext* context);
+std::string CallerIdentity(const grpc::ServerContextBase* context);
 
 // Whether two identities are the same caller, in time that depends on their lengths only.
 bool SameCaller(absl::string_view a, absl::string_view b);

@@ -7,7 +7,7 @@
 
 namespace estuary::rpc {
 
-grpc::Status Overloaded(grpc::ServerContext* context, const std::string& message,
+grpc::Status Overloaded(grpc::ServerContextBase* context, const std::string& message,
                         absl::Duration retry_after) {
   if (context != nullptr) {
     context->AddTrailingMetadata(kRetryAfterMetadata,
@@ -16,7 +16,8 @@ grpc::Status Overloaded(grpc::ServerContext* context, const std::string& message
   return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, message);
 }
 
-grpc::Status ToGrpcStatusWithRetryHint(grpc::ServerContext* context, const absl::Status& status) {
+grpc::Status ToGrpcStatusWithRetryHint(grpc::ServerContextBase* context,
+                                       const absl::Status& status) {
   if (status.code() == absl::StatusCode::kResourceExhausted) {
     return Overloaded(context, std::string(status.message()));
   }

@@ -16,12 +16,13 @@ inline constexpr char kRetryAfterMetadata[] = "retry-after-ms";
 inline constexpr absl::Duration kDefaultRetryAfter = absl::Seconds(1);
 
 // RESOURCE_EXHAUSTED with `message`; adds the hint to `context` (when not null).
-grpc::Status Overloaded(grpc::ServerContext* context, const std::string& message,
+grpc::Status Overloaded(grpc::ServerContextBase* context, const std::string& message,
                         absl::Duration retry_after = kDefaultRetryAfter);
 
 // ToGrpcStatus (status_convert.h), with the hint added to `context` when `status` is
 // RESOURCE_EXHAUSTED.
-grpc::Status ToGrpcStatusWithRetryHint(grpc::ServerContext* context, const absl::Status& status);
+grpc::Status ToGrpcStatusWithRetryHint(grpc::ServerContextBase* context,
+                                       const absl::Status& status);
 
 // The hint a refused call carried (kRetryAfterMetadata), or zero when none.
 absl::Duration RetryAfter(const grpc::ClientContext& context);

@@ -82,9 +82,18 @@ void RegistrationClient::Unregister() {
   }
 }
 
+void RegistrationClient::Nudge() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    nudged_ = true;
+  }
+  cv_.notify_all();
+}
+
 bool RegistrationClient::Sleep(std::chrono::milliseconds duration) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, duration, [this] { return stop_; });
+  cv_.wait_for(lock, duration, [this] { return stop_ || nudged_; });
+  nudged_ = false;
   return !stop_;
 }
 

@@ -15,7 +15,8 @@
 //   registration.Stop();                     // or let the destructor do it
 //
 // Its thread registers (retrying every `retry_interval` until the router answers), then sends a
-// heartbeat with fresh load figures every interval the router asked for, and registers again
+// heartbeat with fresh load figures every interval the router asked for (and at once when
+// Nudge()d: the worker's readiness changed), and registers again
 // when the router answers `known = false` (it forgot the worker: expiry, a restart, or an
 // UNAVAILABLE seen by the router). A router that refuses the worker (a wrong model, a malformed
 // WorkerInfo, no or another cluster token) is logged and retried with backoff, never fatal to
@@ -59,6 +60,9 @@ class RegistrationClient {
   void Start(const std::string& router_address, const estuary::v1::WorkerInfo& info, LoadFn load);
   // Stops the thread and joins it (returns within about one rpc_timeout). Idempotent.
   void Stop();
+  // Sends the next heartbeat now rather than at the end of the interval (the worker's
+  // readiness changed). Thread-safe; a no-op before Start.
+  void Nudge();
   // Stop(), then tells the router this worker leaves (Unregister, one rpc_timeout at most), so
   // that it places nothing new here while the worker drains. No-op when never started.
   void Unregister();
@@ -76,7 +80,8 @@ class RegistrationClient {
   const RegistrationClientOptions options_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;  // under mu_
+  bool stop_ = false;    // under mu_
+  bool nudged_ = false;  // under mu_
   std::thread thread_;
   std::string router_address_;  // set by Start
   std::string worker_id_;

@@ -70,6 +70,7 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags() {
   options.shutdown_timeout = absl::GetFlag(FLAGS_shutdown_timeout);
   options.engine_stall_timeout = absl::GetFlag(FLAGS_engine_stall_timeout);
   options.max_failed_steps = absl::GetFlag(FLAGS_max_failed_steps);
+  options.debug_step_delay = absl::GetFlag(FLAGS_debug_step_delay);
   options.port = absl::GetFlag(FLAGS_port);
   options.tp_size = absl::GetFlag(FLAGS_tensor_parallel_size);
   options.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
@@ -87,14 +88,6 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags() {
 }
 
 double GpuMemoryUtilizationFlag() { return absl::GetFlag(FLAGS_gpu_memory_utilization); }
-
-absl::StatusOr<absl::Duration> DebugStepDelayFromFlags() {
-  const absl::Duration delay = absl::GetFlag(FLAGS_debug_step_delay);
-  if (delay < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--debug-step-delay must be >= 0");
-  }
-  return delay;
-}
 
 absl::StatusOr<int64_t> KvCacheBytesFromFlags(const WorkerProcessOptions& options) {
   ESTUARY_ASSIGN_OR_RETURN(const Device device, WorkerDevice(options));

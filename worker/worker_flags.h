@@ -48,8 +48,4 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags();
 absl::StatusOr<int64_t> KvCacheBytesFromFlags(const WorkerProcessOptions& options);
 // --gpu-memory-utilization (0: off), for the engines' options; checked by KvCacheBytesFromFlags.
 double GpuMemoryUtilizationFlag();
-// --debug-step-delay (fault injection: each engine step with work sleeps this long first, on
-// either worker); INVALID_ARGUMENT when negative.
-absl::StatusOr<absl::Duration> DebugStepDelayFromFlags();
-
 }  // namespace estuary::worker

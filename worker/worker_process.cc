@@ -58,6 +58,9 @@ absl::Status ValidateWorkerProcessOptions(const WorkerProcessOptions& options) {
   if (options.engine_stall_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--engine-stall-timeout must be > 0");
   }
+  if (options.debug_step_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--debug-step-delay must be >= 0");
+  }
   if (options.max_failed_steps < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-failed-steps = ", options.max_failed_steps, " must be >= 1"));
@@ -228,17 +231,22 @@ absl::Status ServeWorker(const WorkerProcessOptions& options, estuary::v1::Worke
                     << address;
 
   // Readiness: the watcher turns it on once the engine loop runs and off when the engine
-  // stalls, fails, or the worker drains.
+  // stalls, fails, or the worker drains. A change goes to the router at once (a heartbeat out of
+  // turn), not at the next beat.
+  RegistrationClient registration;
   auto set_ready = [&](bool ready) {
     if (control.ready.exchange(ready) == ready) return;
     running.health.SetReady(ready);
     metrics.SetReady(ready);
     ReadyGauge().Set(ready ? 1 : 0);
     ESTUARY_LOG(INFO) << role << " worker " << (ready ? "ready" : "not ready");
+    registration.Nudge();
   };
+  bool failed_for_good = false;
+  // The first look before registering, so that the registration says ready when it is.
+  set_ready(EngineHealthy(hooks.progress(), options, &failed_for_good, absl::Now()));
   std::atomic<bool> stop_watch{false};
   std::thread watcher([&] {
-    bool failed_for_good = false;
     bool reported = false;
     while (!stop_watch.load()) {
       const StepLoopProgress progress = hooks.progress();
@@ -259,7 +267,6 @@ absl::Status ServeWorker(const WorkerProcessOptions& options, estuary::v1::Worke
     }
   });
 
-  RegistrationClient registration;
   if (!options.router.empty()) {
     registration.Start(options.router, info, [&] {
       estuary::v1::WorkerLoad load = hooks.load();

@@ -47,6 +47,9 @@ struct WorkerProcessOptions {
   absl::Duration engine_stall_timeout = absl::Seconds(60);
   // Health: this many failed engine steps in a row make the worker not ready until restarted.
   int max_failed_steps = 3;
+  // --debug-step-delay (fault injection for tests): every engine step that has work sleeps this
+  // long first, on the engine thread, as a slow or stalled engine would. Both roles.
+  absl::Duration debug_step_delay = absl::ZeroDuration();
   // --max-model-len: the context (prompt + generated tokens) is capped here; 0: the model's.
   // The model is loaded with it (its config's max_seq_len), so the engines refuse longer
   // prompts and end sequences there, and the worker registers this context length.

@@ -52,6 +52,11 @@ class RequestInbox {
     absl::MutexLock lock(&mu_);
     live_.erase(id);
   }
+  // Requests queued and not yet taken.
+  size_t Queued() const {
+    absl::MutexLock lock(&mu_);
+    return requests_.size();
+  }
   // Nothing queued.
   bool Empty() const {
     absl::MutexLock lock(&mu_);

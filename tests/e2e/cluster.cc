@@ -91,24 +91,42 @@ Cluster::Cluster(const ClusterSpec& spec) : spec_(spec) {
   router_ = StartWorker("router/estuary-router", "router", router_flags);
   for (int i = 0; i < spec.decode + spec.prefill; ++i) {
     const bool decode = i < spec.decode;
-    std::vector<std::string> flags = {"--model",
-                                      model,
-                                      "--router",
-                                      router_.address,
-                                      "--ucx-tls",
-                                      "tcp",
-                                      "--tensor-parallel-size",
-                                      std::to_string(decode ? spec.tp_decode : spec.tp_prefill),
-                                      "--kv-cache-bytes",
-                                      "33554432"};
-    const std::vector<std::string>& extra = decode ? spec.decode_flags : spec.prefill_flags;
-    flags.insert(flags.end(), extra.begin(), extra.end());
     workers_.push_back(StartWorker(decode ? "decode/estuary-decode" : "prefill/estuary-prefill",
-                                   absl::StrCat(decode ? "decode" : "prefill", i), flags));
+                                   absl::StrCat(decode ? "decode" : "prefill", i),
+                                   WorkerFlags(decode)));
   }
   stub_ = estuary::v1::Inference::NewStub(
       grpc::CreateChannel(router_.address, grpc::InsecureChannelCredentials()));
   WaitUntilRegistered();
+}
+
+std::vector<std::string> Cluster::WorkerFlags(bool decode) const {
+  std::vector<std::string> flags = {"--model",
+                                    GoldenModelDir(spec_.model),
+                                    "--router",
+                                    router_.address,
+                                    "--ucx-tls",
+                                    "tcp",
+                                    "--tensor-parallel-size",
+                                    std::to_string(decode ? spec_.tp_decode : spec_.tp_prefill),
+                                    "--kv-cache-bytes",
+                                    "33554432"};
+  const std::vector<std::string>& extra = decode ? spec_.decode_flags : spec_.prefill_flags;
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
+}
+
+ServingProcess& Cluster::RestartDecode(int i) {
+  ServingProcess& slot = decode(i);
+  slot = StartWorker("decode/estuary-decode", absl::StrCat("decode", i, "-again"),
+                     WorkerFlags(/*decode=*/true));
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (slot.process != nullptr && absl::Now() < deadline &&
+         slot.process->Log().find("registered with the router") == std::string::npos) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_NE(slot.process, nullptr);
+  return slot;
 }
 
 std::string Cluster::Logs() {

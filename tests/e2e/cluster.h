@@ -65,10 +65,14 @@ class Cluster {
   }
   ServingProcess& decode(int i) { return workers_[static_cast<size_t>(i)]; }
   ServingProcess& prefill(int i) { return workers_[static_cast<size_t>(spec_.decode + i)]; }
+  // Starts decode worker `i` again with the flags it had (a rolling restart: the old process
+  // has exited), and waits until it has registered with the router (a minute at most).
+  ServingProcess& RestartDecode(int i);
   std::string Logs();
 
  private:
   void WaitUntilRegistered();
+  std::vector<std::string> WorkerFlags(bool decode) const;
 
   ClusterSpec spec_;
   ServingProcess router_;

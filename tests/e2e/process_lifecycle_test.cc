@@ -101,6 +101,8 @@ void ExpectHealth(const std::string& address, const std::string& service,
   EXPECT_TRUE(took.ok()) << what << ": " << took.status();
 }
 
+// A stalled step turns the worker not ready; its load, read live (what heartbeats send), still
+// counts the request queued behind the step rather than the figures of the engine's last step.
 TEST(WorkerHealthTest, AStalledEngineIsNotServingUntilItsStepEnds) {
   ServingProcess decode = StartDecode(
       "stall", {"--debug-step-delay", "2s", "--engine-stall-timeout", "300ms"});
@@ -112,6 +114,16 @@ TEST(WorkerHealthTest, AStalledEngineIsNotServingUntilItsStepEnds) {
   });
   ExpectHealth(decode.address, "", kNotServing, absl::Seconds(2),
                "a step running past --engine-stall-timeout");
+  {
+    auto stub = estuary::v1::DecodeWorker::NewStub(
+        grpc::CreateChannel(decode.address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    estuary::v1::WorkerLoad load;
+    ASSERT_TRUE(stub->GetLoad(&context, {}, &load).ok());
+    EXPECT_EQ(load.waiting_sequences() + load.running_sequences(), 1)
+        << "the request waiting on the stalled step";
+    EXPECT_TRUE(load.not_ready());
+  }
   EXPECT_EQ(CheckHealth(decode.address, kLiveness).value_or(kNotServing), kServing)
       << "liveness never depends on the engine";
   request.join();

@@ -2,7 +2,8 @@
 // cancel at random points (during placement, reservation, prefill and the KV push, or while
 // streaming) leave every KV page free on both workers within a second; a 200 ms deadline
 // against a slow decode worker ends the call on time with DEADLINE_EXCEEDED and the worker
-// stops the request. Figures are printed ("[figure]") for README's table.
+// stops the request, and a deadline shorter than any first token the cluster managed lately is
+// refused at admission. Figures are printed ("[figure]") for README's table.
 
 #include <algorithm>
 #include <atomic>
@@ -144,6 +145,32 @@ TEST(DeadlineTest, A200MsDeadlineAgainstASlowWorkerEndsOnTimeAndTheWorkerStops) 
     EXPECT_GE(Percentile(ended_ms, 0.0), 150.0);
     EXPECT_LE(Percentile(ended_ms, 0.5), 250.0);
     EXPECT_LE(Percentile(ended_ms, 1.0), 500.0);
+
+    // Unmeetable: the router has seen first tokens take 100 ms and more here (three more, one
+    // token each, make sure of it whatever the calls above saw), so a 50 ms deadline is refused
+    // at admission, at once and naming why, before any worker is called.
+    for (int i = 0; i < 3; ++i) {
+      const t::Generated one = t::Generate(cluster.stub(), cluster.Greedy(c.prompt_ids, 1));
+      ASSERT_TRUE(one.status.ok()) << one.status.error_message();
+    }
+    std::vector<double> refused_ms;
+    for (int i = 0; i < 5; ++i) {
+      grpc::ClientContext context;
+      const absl::Time start = absl::Now();
+      context.set_deadline(absl::ToChronoTime(start + absl::Milliseconds(50)));
+      const t::Generated got = t::Generate(cluster.stub(), request, &context);
+      refused_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+      EXPECT_EQ(got.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+      EXPECT_NE(got.status.error_message().find("refused at admission"), std::string::npos)
+          << got.status.error_message();
+      EXPECT_TRUE(got.ids.empty());
+    }
+    EXPECT_EQ(t::FreePages(decode, true), decode_free);
+    std::printf("[figure] C3 unmeetable 50 ms deadline, %s: refused at admission in p50 %.1f ms, "
+                "max %.1f ms\n",
+                prefill_workers > 0 ? "1P1D" : "decode only", Percentile(refused_ms, 0.5),
+                Percentile(refused_ms, 1.0));
+    EXPECT_LE(Percentile(refused_ms, 0.5), 25.0);
   }
 }
 
