@@ -103,11 +103,11 @@ class KvPusher {
  public:
   static constexpr absl::Duration kAbortGrace = absl::Seconds(1);
 
-  // Checks, in order: the fingerprints (FAILED_PRECONDITION naming both, fingerprint.h); the
-  // local pool against the local fingerprint; the descriptor (transport kind, per-rank layout ==
-  // whole-model heads / tp_size, layers, head_dim, block size, dtype, one region per layer per
-  // rank, enough page ids for `num_prompt_tokens`, page ids inside the regions) -
-  // INVALID_ARGUMENT naming the field. Then connects (UNAVAILABLE / DEADLINE_EXCEEDED), imports
+  // Checks the local pool against the local fingerprint (INVALID_ARGUMENT), then the descriptor
+  // with CheckTransferDescriptor (descriptor_check.h: the fingerprints, FAILED_PRECONDITION naming
+  // both; transport kind, per-rank layout == whole-model heads / tp_size, layers, head_dim, block
+  // size, dtype, one region per layer per rank, enough page ids for `num_prompt_tokens`, page ids
+  // inside the regions: INVALID_ARGUMENT naming the field). Then connects (UNAVAILABLE / DEADLINE_EXCEEDED), imports
   // the remote regions and plans the re-sharding. `deadline` bounds every later wait.
   static absl::StatusOr<std::unique_ptr<KvPusher>> Create(
       Transport& transport, EndpointCache& endpoints, const KvPool& local_pool,

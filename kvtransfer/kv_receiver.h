@@ -6,10 +6,10 @@
 // prefill worker, and runs a thread that takes KvCompletion messages out of the transport's inbox
 // and hands them to a callback (the decode engine's CompleteReservation / Abort).
 //
-// Wire format of a completion message (what KvPusher sends): "EKC1" + the serialized KvCompletion
-// + 8 bytes little-endian FNV-1a-64 of the serialized bytes. A message that does not decode
-// (wrong magic, bad checksum, unparsable proto, nonsense fields) is logged and dropped; the
-// reservation it might have been for then runs into its lease on the decode side.
+// Completion messages (what KvPusher sends) go through DecodeKvCompletion (kv_completion.h). A
+// message that does not decode (wrong magic, bad checksum, unparsable proto, nonsense fields) is
+// logged and dropped; the reservation it might have been for then runs into its lease on the
+// decode side.
 //
 // Ownership: the receiver keeps the RegisteredRegion handles (RAII) and references to the
 // Transport and the KvPool, which must both outlive it.
@@ -38,16 +38,10 @@
 #include "absl/types/span.h"
 #include "core/kvcache/kv_pool.h"
 #include "estuary/v1/kv_transfer.pb.h"
+#include "kvtransfer/kv_completion.h"  // the codec, for users of the receiver
 #include "kvtransfer/transport.h"
 
 namespace estuary::kvtransfer {
-
-// The completion message codec (see the header comment). Decode fails with INVALID_ARGUMENT for
-// anything but a well-formed completion: wrong magic or checksum, unparsable proto, an empty
-// request id, a negative token count, a status code outside absl::StatusCode, or (for an OK
-// completion) a provenance length other than num_tokens.
-std::string EncodeKvCompletion(const estuary::v1::KvCompletion& completion);
-absl::StatusOr<estuary::v1::KvCompletion> DecodeKvCompletion(std::string_view payload);
 
 class KvReceiver {
  public:
