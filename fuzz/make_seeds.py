@@ -99,7 +99,8 @@ def kv_control():
             "TransferDescriptor", descriptor(tp=tp)))
     write("kv_control", "descriptor_prefill_tp2", b"\x02\x14\x01" + encode(
         "TransferDescriptor", descriptor(tp=1)))
-    # Hostile: heads * tp past int32, page ids at the top of int32, regions that cannot hold
+    # Hostile: heads * tp past int32 (found a signed overflow in the descriptor check: the
+    # regression seed of that fix), page ids at the top of int32, regions that cannot hold
     # them, 2^64 - 1 bytes, a negative page id, repeated (overlapping) pages.
     write("kv_control", "descriptor_overflowing_heads", b"\x02\x14\x00" + encode(
         "TransferDescriptor", descriptor(tp=4, heads=1 << 30)))

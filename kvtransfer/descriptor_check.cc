@@ -28,7 +28,10 @@ absl::Status CheckTransferDescriptor(const estuary::v1::TransferDescriptor& desc
   if (descriptor.worker_address().empty()) return bad("empty worker_address");
   const int dst_tp = descriptor.tp_size();
   const estuary::v1::KvLayoutSpec& dl = descriptor.layout();
-  if (dst_tp <= 0 || total_heads % dst_tp != 0 || dl.n_kv_heads() * dst_tp != total_heads) {
+  // In 64 bits: a hostile n_kv_heads times tp_size overflows an int (fuzz seed
+  // kv_control/descriptor_overflowing_heads).
+  if (dst_tp <= 0 || total_heads % dst_tp != 0 ||
+      int64_t{dl.n_kv_heads()} * dst_tp != total_heads) {
     return bad("layout.n_kv_heads=", dl.n_kv_heads(), " with tp_size=", dst_tp,
                " does not split the model's ", total_heads, " KV heads");
   }
