@@ -27,7 +27,8 @@ const Names& WorkerFlags() {
       "tensor_parallel_size", "device", "dtype", "max_model_len", "kv_cache_memory",
       "kv_cache_bytes", "gpu_memory_utilization", "block_size", "max_num_seqs",
       "max_num_batched_tokens", "ucx_tls", "kv_transport", "metrics_port", "shutdown_timeout",
-      "engine_stall_timeout", "max_failed_steps", "bf16_kernel", "max_waiting_requests"};
+      "engine_stall_timeout", "max_failed_steps", "bf16_kernel", "max_waiting_requests",
+      "engine_watchdog_timeout", "debug_stall_rank"};
   return names;
 }
 
@@ -110,6 +111,7 @@ const Names& UpPassThroughFlags() {
       // workers
       "dtype", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "block_size",
       "engine_stall_timeout", "max_failed_steps", "bf16_kernel", "max_waiting_requests",
+      "engine_watchdog_timeout",
       // decode workers
       "exit_threshold", "exit_rule", "min_backbone_layers", "max_backbone_layers",
       "river_group_size", "river_refine", "int4_kernel", "lease_ms", "exit_mode", "draft_tokens",
