@@ -28,7 +28,7 @@ const Names& WorkerFlags() {
       "kv_cache_bytes", "gpu_memory_utilization", "block_size", "max_num_seqs",
       "max_num_batched_tokens", "ucx_tls", "kv_transport", "metrics_port", "shutdown_timeout",
       "engine_stall_timeout", "max_failed_steps", "bf16_kernel", "max_waiting_requests",
-      "debug_step_delay"};
+      "debug_step_delay", "engine_watchdog_timeout", "debug_stall_rank"};
   return names;
 }
 
@@ -122,6 +122,7 @@ const Names& UpPassThroughFlags() {
       // workers
       "dtype", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "block_size",
       "engine_stall_timeout", "max_failed_steps", "bf16_kernel", "max_waiting_requests",
+      "engine_watchdog_timeout",
       // decode workers
       "exit_threshold", "exit_rule", "min_backbone_layers", "max_backbone_layers",
       "river_group_size", "river_refine", "int4_kernel", "lease_ms", "exit_mode", "draft_tokens",

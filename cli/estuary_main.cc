@@ -187,6 +187,9 @@ ABSL_FLAG(absl::Duration, engine_stall_timeout, absl::Seconds(60),
           "up -> workers: a step running longer than this makes the worker not ready");
 ABSL_FLAG(int, max_failed_steps, 3,
           "up -> workers: this many failed engine steps in a row make the worker not ready");
+ABSL_FLAG(absl::Duration, engine_watchdog_timeout, absl::Seconds(600),
+          "up -> workers: a step running longer than this (a stuck rank) makes the worker exit "
+          "with status 3, and `estuary up` restarts it; 0 = off");
 ABSL_FLAG(int64_t, lease_ms, 30000, "up -> decode workers: how long reserved pages wait for KV");
 ABSL_FLAG(std::string, policy, "least_loaded",
           "up: placement policy (round_robin, least_loaded, prefix_aware)");

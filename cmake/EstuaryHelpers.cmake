@@ -10,8 +10,10 @@ function(estuary_apply_flags target)
     target_link_options(${target} PRIVATE -fsanitize=${ESTUARY_SANITIZE})
   endif()
   if(ESTUARY_FUZZ)
-    # Coverage instrumentation for libFuzzer in the libraries under test.
-    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
+    # Coverage instrumentation for libFuzzer in the libraries under test; undefined behaviour
+    # aborts (a finding), as address errors do, instead of printing and going on.
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link,address,undefined
+                           -fno-sanitize-recover=all)
   endif()
 endfunction()
 

@@ -8,6 +8,7 @@
 #include "core/common/status_macros.h"
 #include "core/kvcache/sequence_kv.h"
 #include "core/model/forward_batch.h"
+#include "core/model/request_checks.h"
 #include "decode/engine_sequence.h"
 
 namespace estuary {
@@ -85,7 +86,8 @@ DecodeEngine::~DecodeEngine() {
 }
 
 absl::Status DecodeEngine::ValidateRequest(const DecodeRequest& request) const {
-  ESTUARY_RETURN_IF_ERROR(ValidatePromptIds(runner_->config(), request.prompt_ids));
+  ESTUARY_RETURN_IF_ERROR(ValidateEngineRequest(runner_->config(), request.prompt_ids,
+                                                request.sampling, request.exit_threshold));
   if (request.max_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens = ", request.max_tokens, " must be >= 1"));
@@ -96,12 +98,6 @@ absl::Status DecodeEngine::ValidateRequest(const DecodeRequest& request) const {
     return absl::InvalidArgumentError(absl::StrCat(
         "resumed_output_tokens = ", request.resumed_output, " must be in [0, min(prompt of ",
         request.prompt_ids.size(), " tokens, max_tokens = ", request.max_tokens, "))"));
-  }
-  ESTUARY_RETURN_IF_ERROR(request.sampling.Validate());
-  if (request.exit_threshold && !(*request.exit_threshold >= -1.0f &&
-                                  *request.exit_threshold <= 2.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat("exit threshold ", *request.exit_threshold,
-                                                   " must be in [-1, 2]"));
   }
   if (request.lossless && !use_river_) {
     return absl::InvalidArgumentError(

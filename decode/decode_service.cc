@@ -64,7 +64,7 @@ DecodeRequest FromProto(const estuary::v1::WorkerRequest& proto, bool default_lo
       proto.sampling().max_tokens() > 0 ? proto.sampling().max_tokens() : kDefaultMaxTokens;
   request.sampling = rpc::SamplingFromProto(proto.sampling());
   request.ignore_eos = proto.sampling().ignore_eos();
-  if (proto.exit().threshold() != 0.0f) request.exit_threshold = proto.exit().threshold();
+  request.exit_threshold = rpc::ExitThresholdFromProto(proto.exit());
   request.exit_disabled = proto.exit().disable();
   request.resumed_output = proto.resumed_output_tokens();
   switch (proto.exit().mode()) {

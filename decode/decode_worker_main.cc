@@ -8,6 +8,7 @@
 //                  --max-backbone-layers N --river-group-size G] [--kv-cache-bytes B] [--ucx-tls tcp] [--ready-file F]
 //                  [--host 0.0.0.0 --advertise-address A] [--router HOST:PORT]
 //                  [--shutdown-timeout 30s] [--engine-stall-timeout 60s] [--max-failed-steps 3]
+//                  [--engine-watchdog-timeout 600s]
 //                  [--device cuda[:N] --kv-transport nccl]   (a CUDA build: steps on the GPU)
 //                  [--max-model-len L] [--kv-cache-memory 2GiB] [--dtype f32|bf16]
 //                  [--cluster-token T] [--cluster-ca-file F --cluster-cert-file F --cluster-key-file F]

@@ -2,17 +2,16 @@
 
 #include <algorithm>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/common/status_macros.h"
+#include "kvtransfer/descriptor_check.h"
 #include "kvtransfer/fingerprint.h"
 #include "kvtransfer/kv_control_codec.h"
 
 namespace estuary::kvtransfer {
 namespace {
 
-constexpr int kDtypeBytes = sizeof(float);
 constexpr size_t kMaxStatusMessage = 1024;
 
 // Status messages go into a proto3 string (must be UTF-8): keep printable ASCII only.
@@ -53,10 +52,7 @@ absl::StatusOr<std::unique_ptr<KvPusher>> KvPusher::Create(
     const KvPool& local_pool, const estuary::v1::TransferDescriptor& descriptor,
     const estuary::v1::KvFormatFingerprint& local_fingerprint, int num_prompt_tokens,
     absl::Time deadline) {
-  // 1. Same KV format on both ends.
-  ESTUARY_RETURN_IF_ERROR(CheckFingerprintsMatch(local_fingerprint, descriptor.fingerprint()));
-
-  // 2. The local pool is what the local fingerprint says.
+  // 1. The local pool is what the local fingerprint says.
   const KvLayout& local = local_pool.layout();
   const estuary::v1::KvLayoutSpec& whole = local_fingerprint.layout();
   const int total_heads = whole.n_kv_heads();
@@ -70,18 +66,12 @@ absl::StatusOr<std::unique_ptr<KvPusher>> KvPusher::Create(
         ") does not match the local fingerprint <", FingerprintString(local_fingerprint), ">"));
   }
 
-  // 3. The descriptor.
+  // 2. The descriptor (descriptor_check.h: the fingerprints, the layout, the reservation's epoch
+  // and lease, distinct page ids inside every region), then the write deadline: the lease less
+  // the clocks' skew margin.
+  ESTUARY_RETURN_IF_ERROR(CheckTransferDescriptor(descriptor, local_fingerprint, transport.kind(),
+                                                  num_prompt_tokens));
   const std::string& id = descriptor.request_id();
-  auto bad = [&id](auto&&... parts) {
-    return absl::InvalidArgumentError(absl::StrCat("transfer descriptor for '", id, "': ", parts...));
-  };
-  if (descriptor.transport() != transport.kind()) {
-    return bad("transport '", descriptor.transport(), "' but this worker uses '",
-               std::string(transport.kind()), "'");
-  }
-  if (descriptor.worker_address().empty()) return bad("empty worker_address");
-  if (descriptor.reservation_epoch() == 0) return bad("no reservation_epoch");
-  if (descriptor.lease_deadline_unix_ms() <= 0) return bad("no lease_deadline_unix_ms");
   const absl::Time write_deadline =
       absl::FromUnixMillis(descriptor.lease_deadline_unix_ms()) - kLeaseSkewMargin;
   if (absl::Now() >= write_deadline) {
@@ -91,58 +81,10 @@ absl::StatusOr<std::unique_ptr<KvPusher>> KvPusher::Create(
         "; nothing may be written after ", absl::FormatDuration(kLeaseSkewMargin), " before it"));
   }
   const int dst_tp = descriptor.tp_size();
-  const estuary::v1::KvLayoutSpec& dl = descriptor.layout();
-  if (dst_tp <= 0 || total_heads % dst_tp != 0 || dl.n_kv_heads() * dst_tp != total_heads) {
-    return bad("layout.n_kv_heads=", dl.n_kv_heads(), " with tp_size=", dst_tp,
-               " does not split the model's ", total_heads, " KV heads");
-  }
-  if (dl.n_layers() != local.n_layers) {
-    return bad("layout.n_layers=", dl.n_layers(), " but the model has ", local.n_layers);
-  }
-  if (dl.head_dim() != local.head_dim) {
-    return bad("layout.head_dim=", dl.head_dim(), " but the model has ", local.head_dim);
-  }
-  if (dl.block_size() != local.block_size) {
-    return bad("layout.block_size=", dl.block_size(), " but the local block size is ",
-               local.block_size);
-  }
-  if (!dl.dtype().empty() && dl.dtype() != local_fingerprint.dtype()) {
-    return bad("layout.dtype=", dl.dtype(), " but the local dtype is ", local_fingerprint.dtype());
-  }
-  if (num_prompt_tokens <= 0) return bad("num_prompt_tokens=", num_prompt_tokens);
-  const int pages_needed = (num_prompt_tokens + local.block_size - 1) / local.block_size;
-  if (descriptor.page_ids_size() < pages_needed) {
-    return bad(descriptor.page_ids_size(), " page ids for a prompt of ", num_prompt_tokens,
-               " tokens (", pages_needed, " pages of ", local.block_size, ")");
-  }
-  if (descriptor.ranks_size() != dst_tp) {
-    return bad(descriptor.ranks_size(), " ranks for tp_size=", dst_tp);
-  }
-  ReshardShape shape{total_heads, local.head_dim, local.block_size, kDtypeBytes};
+  ReshardShape shape{total_heads, local.head_dim, local.block_size, kKvDtypeBytes};
   const int64_t dst_page_bytes = PageLayerBytes(shape, dst_tp);
-  int64_t max_page = 0;
-  absl::flat_hash_set<int32_t> distinct;
-  for (int32_t page : descriptor.page_ids()) {
-    if (page < 0) return bad("negative page id ", page);
-    if (!distinct.insert(page).second) return bad("page id ", page, " named twice");
-    max_page = std::max<int64_t>(max_page, page);
-  }
-  for (int r = 0; r < dst_tp; ++r) {
-    const estuary::v1::KvRankRegions& rank = descriptor.ranks(r);
-    if (rank.tp_rank() != r) return bad("ranks[", r, "].tp_rank=", rank.tp_rank());
-    if (rank.layers_size() != local.n_layers) {
-      return bad("ranks[", r, "] has ", rank.layers_size(), " layer regions, want ",
-                 local.n_layers);
-    }
-    for (int l = 0; l < local.n_layers; ++l) {
-      if (static_cast<int64_t>(rank.layers(l).bytes()) < (max_page + 1) * dst_page_bytes) {
-        return bad("ranks[", r, "].layers[", l, "] has ", rank.layers(l).bytes(),
-                   " bytes, too few for page ", max_page);
-      }
-    }
-  }
 
-  // 4. Plan, connect, import.
+  // 3. Plan, connect, import.
   ESTUARY_ASSIGN_OR_RETURN(std::vector<RankPairPlan> plan, PlanReshard(shape, src_tp, dst_tp));
   std::unique_ptr<KvPusher> p(new KvPusher(transport, endpoints, attach_replies, local_pool,
                                            descriptor, num_prompt_tokens, deadline,
@@ -319,7 +261,7 @@ absl::Status KvPusher::PutPage(int src_rank, int layer, int32_t local_page, int3
                     int64_t{local_page} * src_page_bytes_;
   const uint64_t dst_page = static_cast<uint64_t>(remote_page) * dst_page_bytes_;
   const bool full = slot_begin == 0 && slot_end == block_size_;
-  const int64_t slot_bytes = int64_t{head_dim_} * kDtypeBytes;
+  const int64_t slot_bytes = int64_t{head_dim_} * kKvDtypeBytes;
   const int64_t head_bytes = slot_bytes * block_size_;
   for (const Link& link : links_[static_cast<size_t>(src_rank)]) {
     const RemoteRegion& dst = *link.layers[static_cast<size_t>(layer)];

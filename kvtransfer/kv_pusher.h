@@ -72,14 +72,15 @@ class KvPusher {
   // How long the writer waits for the attach answer before it sends the attach again.
   static constexpr absl::Duration kAttachResend = absl::Milliseconds(500);
 
-  // Checks, in order: the fingerprints (FAILED_PRECONDITION naming both, fingerprint.h); the
-  // local pool against the local fingerprint; the descriptor (transport kind, per-rank layout ==
-  // whole-model heads / tp_size, layers, head_dim, block size, dtype, one region per layer per
-  // rank, enough distinct page ids for `num_prompt_tokens`, page ids inside the regions, a
-  // reservation epoch, a lease) - INVALID_ARGUMENT naming the field; DEADLINE_EXCEEDED when the
-  // write deadline has passed. Then connects (UNAVAILABLE / DEADLINE_EXCEEDED), imports the remote
-  // regions, plans the re-sharding and sends the attach (its answer is awaited by the first
-  // PushLayer or Complete). `deadline` bounds every later wait.
+  // Checks the local pool against the local fingerprint (INVALID_ARGUMENT), then the descriptor
+  // with CheckTransferDescriptor (descriptor_check.h: the fingerprints, FAILED_PRECONDITION naming
+  // both; transport kind, per-rank layout == whole-model heads / tp_size, layers, head_dim, block
+  // size, dtype, one region per layer per rank, enough distinct page ids for
+  // `num_prompt_tokens`, page ids inside the regions, a reservation epoch, a lease:
+  // INVALID_ARGUMENT naming the field); DEADLINE_EXCEEDED when the write deadline has passed.
+  // Then connects (UNAVAILABLE / DEADLINE_EXCEEDED), imports the remote regions, plans the
+  // re-sharding and sends the attach (its answer is awaited by the first PushLayer or Complete).
+  // `deadline` bounds every later wait.
   static absl::StatusOr<std::unique_ptr<KvPusher>> Create(
       Transport& transport, EndpointCache& endpoints, AttachReplies& attach_replies,
       const KvPool& local_pool, const estuary::v1::TransferDescriptor& descriptor,

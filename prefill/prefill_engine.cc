@@ -8,6 +8,7 @@
 #include "core/common/logging.h"
 #include "core/common/status_macros.h"
 #include "core/model/generator.h"
+#include "core/model/request_checks.h"
 
 namespace estuary {
 
@@ -88,18 +89,13 @@ PrefillEngine::~PrefillEngine() {
 
 absl::Status PrefillEngine::Submit(PrefillRequest request) {
   const LlamaConfig& config = runner_->config();
-  ESTUARY_RETURN_IF_ERROR(ValidatePromptIds(config, request.prompt_ids));
-  ESTUARY_RETURN_IF_ERROR(request.sampling.Validate());
+  ESTUARY_RETURN_IF_ERROR(
+      ValidateEngineRequest(config, request.prompt_ids, request.sampling, request.exit_threshold));
   if (request.resumed_output < 0 ||
       request.resumed_output >= static_cast<int>(request.prompt_ids.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "resumed_output_tokens = ", request.resumed_output, " must be in [0, prompt of ",
         request.prompt_ids.size(), " tokens)"));
-  }
-  if (request.exit_threshold &&
-      !(*request.exit_threshold >= -1.0f && *request.exit_threshold <= 2.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("exit threshold ", *request.exit_threshold, " must be in [-1, 2]"));
   }
   const int64_t block = options_.block_size;
   const int64_t pages = (static_cast<int64_t>(request.prompt_ids.size()) + block - 1) / block;

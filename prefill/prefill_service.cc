@@ -153,7 +153,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   prefill.prompt_ids.assign(in.prompt_ids().begin(), in.prompt_ids().end());
   prefill.sampling = rpc::SamplingFromProto(in.sampling());
   prefill.deadline = deadline;
-  if (in.exit().threshold() != 0.0f) prefill.exit_threshold = in.exit().threshold();
+  prefill.exit_threshold = rpc::ExitThresholdFromProto(in.exit());
   prefill.resumed_output = in.resumed_output_tokens();
   {
     absl::MutexLock lock(&mu_);

@@ -1,10 +1,14 @@
 #include "rpc/grpc_server.h"
 
+#include <memory>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "rpc/channels.h"
 #include "rpc/cluster_security.h"
+#include "rpc/parse_status_interceptor.h"
 
 namespace estuary::rpc {
 
@@ -47,6 +51,10 @@ absl::StatusOr<RunningServer> StartGrpcServer(const std::string& host, int port,
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits.max_streams_per_connection);
   for (grpc::Service* service : services) builder.RegisterService(service);
+  // A request that does not parse is answered INVALID_ARGUMENT, naming the method.
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<ParseStatusInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   running.server = builder.BuildAndStart();
   if (running.server == nullptr || running.port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port));

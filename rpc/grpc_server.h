@@ -2,7 +2,8 @@
 // StartGrpcServer: one gRPC server with the standard services every Estuary process exposes
 // (grpc.health.v1 health checking and server reflection), listening on host:port (port 0 picks
 // a free one), with the keepalive policy of the cluster's channels (rpc/channels.h) allowed
-// and enforced. The caller owns the returned server and the services it registered, which must
+// and enforced, and a request that does not parse answered INVALID_ARGUMENT naming the method
+// (parse_status_interceptor.h). The caller owns the returned server and the services it registered, which must
 // outlive it.
 //
 // Health (grpc.health.v1): the overall service "" and each registered service answer

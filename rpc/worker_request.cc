@@ -40,6 +40,11 @@ void SamplingToProto(const SamplingParams& params, int max_tokens,
   for (int32_t id : params.stop_token_ids) proto->add_stop_token_ids(id);
 }
 
+std::optional<float> ExitThresholdFromProto(const estuary::v1::ExitParams& proto) {
+  if (proto.threshold() == 0.0f) return std::nullopt;
+  return proto.threshold();
+}
+
 void LogprobsToProto(const TokenLogprobs& logprobs, estuary::v1::TokenLogprobs* proto) {
   proto->set_logprob(logprobs.logprob);
   for (const TokenLogprob& t : logprobs.top) {

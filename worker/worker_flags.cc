@@ -19,6 +19,12 @@ ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(30),
           "on SIGTERM: how long requests in flight may take to finish (then UNAVAILABLE)");
 ABSL_FLAG(absl::Duration, engine_stall_timeout, absl::Seconds(60),
           "a step running longer than this makes the worker not ready");
+ABSL_FLAG(absl::Duration, engine_watchdog_timeout, absl::Seconds(600),
+          "a step running longer than this means a rank is stuck: the worker exits with status 3 "
+          "so that its supervisor restarts it; 0 = off; at least --engine-stall-timeout");
+ABSL_FLAG(int, debug_stall_rank, -1,
+          "fault injection for tests: this tensor-parallel rank stops making progress at the "
+          "first step, for good (see --engine-watchdog-timeout); -1 = none");
 ABSL_FLAG(int, max_failed_steps, 3,
           "this many failed engine steps in a row make the worker not ready until restarted");
 ABSL_FLAG(absl::Duration, debug_step_delay, absl::ZeroDuration(),
@@ -71,6 +77,8 @@ WorkerProcessOptions WorkerProcessOptionsFromFlags() {
   options.engine_stall_timeout = absl::GetFlag(FLAGS_engine_stall_timeout);
   options.max_failed_steps = absl::GetFlag(FLAGS_max_failed_steps);
   options.debug_step_delay = absl::GetFlag(FLAGS_debug_step_delay);
+  options.engine_watchdog_timeout = absl::GetFlag(FLAGS_engine_watchdog_timeout);
+  options.debug_stall_rank = absl::GetFlag(FLAGS_debug_stall_rank);
   options.port = absl::GetFlag(FLAGS_port);
   options.tp_size = absl::GetFlag(FLAGS_tensor_parallel_size);
   options.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);

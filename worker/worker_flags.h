@@ -35,6 +35,8 @@ ABSL_DECLARE_FLAG(absl::Duration, shutdown_timeout);
 ABSL_DECLARE_FLAG(absl::Duration, engine_stall_timeout);
 ABSL_DECLARE_FLAG(int, max_failed_steps);
 ABSL_DECLARE_FLAG(absl::Duration, debug_step_delay);
+ABSL_DECLARE_FLAG(absl::Duration, engine_watchdog_timeout);
+ABSL_DECLARE_FLAG(int, debug_stall_rank);
 
 namespace estuary::worker {
 

@@ -61,6 +61,19 @@ absl::Status ValidateWorkerProcessOptions(const WorkerProcessOptions& options) {
   if (options.debug_step_delay < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--debug-step-delay must be >= 0");
   }
+  if (options.engine_watchdog_timeout < absl::ZeroDuration() ||
+      (options.engine_watchdog_timeout > absl::ZeroDuration() &&
+       options.engine_watchdog_timeout < options.engine_stall_timeout)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--engine-watchdog-timeout = ", absl::FormatDuration(options.engine_watchdog_timeout),
+        " must be 0 (off) or at least --engine-stall-timeout = ",
+        absl::FormatDuration(options.engine_stall_timeout)));
+  }
+  if (options.debug_stall_rank < -1 || options.debug_stall_rank >= options.tp_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--debug-stall-rank = ", options.debug_stall_rank,
+                     " must be -1 (none) or a rank below --tensor-parallel-size"));
+  }
   if (options.max_failed_steps < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-failed-steps = ", options.max_failed_steps, " must be >= 1"));
@@ -135,6 +148,7 @@ absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(
   ESTUARY_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(options.model, load));
   ShardedModelOptions sharding;
   sharding.tp_size = options.tp_size;
+  sharding.debug_stall_rank = options.debug_stall_rank;
   return ShardedModel::Create(std::move(loaded.model), sharding);
 }
 
@@ -197,6 +211,12 @@ common::Gauge& ReadyGauge() {
 }
 
 }  // namespace
+
+bool EngineStuck(const StepLoopProgress& progress, const WorkerProcessOptions& options,
+                 absl::Time now) {
+  return options.engine_watchdog_timeout > absl::ZeroDuration() && progress.running &&
+         progress.in_step && now - progress.step_started > options.engine_watchdog_timeout;
+}
 
 bool EngineHealthy(const StepLoopProgress& progress, const WorkerProcessOptions& options,
                    bool* failed_for_good, absl::Time now) {
@@ -263,6 +283,17 @@ absl::Status ServeWorker(const WorkerProcessOptions& options, estuary::v1::Worke
       }
       if (healthy) reported = false;
       set_ready(healthy && !control.draining.load());
+      if (EngineStuck(progress, options, absl::Now())) {
+        // Nothing recovers a rank that stopped: a step never returns (RankThreads waits for
+        // every rank). Restarting is the supervisor's job; a non-zero status asks for it.
+        ESTUARY_LOG(ERROR) << role << " worker watchdog: a step has run longer than "
+                           << absl::FormatDuration(options.engine_watchdog_timeout)
+                           << " (--engine-watchdog-timeout): a rank stopped making progress; "
+                           << "exiting with status " << kStuckEngineExitStatus
+                           << " to be restarted";
+        std::fflush(nullptr);
+        std::_Exit(kStuckEngineExitStatus);
+      }
       absl::SleepFor(kWatchInterval);
     }
   });

@@ -50,6 +50,14 @@ struct WorkerProcessOptions {
   // --debug-step-delay (fault injection for tests): every engine step that has work sleeps this
   // long first, on the engine thread, as a slow or stalled engine would. Both roles.
   absl::Duration debug_step_delay = absl::ZeroDuration();
+  // Watchdog: a step still running after this long means a rank stopped making progress (a
+  // stuck tensor-parallel rank never returns, and its step with it): the worker, not ready
+  // since engine_stall_timeout, exits with kStuckEngineExitStatus so that its supervisor
+  // (Kubernetes, `estuary up`) restarts it. Zero: off. At least engine_stall_timeout.
+  absl::Duration engine_watchdog_timeout = absl::Seconds(600);
+  // Fault injection for tests (--debug-stall-rank): this TP rank stops making progress at the
+  // first step (ShardedModelOptions::debug_stall_rank). -1: none.
+  int debug_stall_rank = -1;
   // --max-model-len: the context (prompt + generated tokens) is capped here; 0: the model's.
   // The model is loaded with it (its config's max_seq_len), so the engines refuse longer
   // prompts and end sequences there, and the worker registers this context length.
@@ -89,6 +97,13 @@ estuary::v1::WorkerInfo MakeWorkerInfo(estuary::v1::WorkerRole role, const std::
                                        const LlamaConfig& config, int block_size,
                                        const estuary::v1::KvFormatFingerprint& fingerprint);
 
+// The exit status of a worker whose watchdog found the engine stuck (EngineStuck).
+inline constexpr int kStuckEngineExitStatus = 3;
+
+// Whether the running step has outlived engine_watchdog_timeout (never when it is zero).
+bool EngineStuck(const StepLoopProgress& progress, const WorkerProcessOptions& options,
+                 absl::Time now);
+
 // Readiness from the engine loop's progress (ServeWorker's watcher): false until the loop runs,
 // while a step has run longer than engine_stall_timeout (true again once it ends), and for good
 // once max_failed_steps steps failed in a row (latched in *failed_for_good: restart the worker).
@@ -124,7 +139,9 @@ WorkerHooks HooksOf(RoleService* service) {
 //      registers with the router when one is set (heartbeats carrying the load and readiness);
 //   3. turns ready once the engine loop runs, and watches it: a step running past
 //      engine_stall_timeout makes it not ready until the step ends; max_failed_steps failures
-//      in a row make it not ready for good (the router stops placing here; restart it);
+//      in a row make it not ready for good (the router stops placing here; restart it); a step
+//      running past engine_watchdog_timeout (a stuck rank) ends the process at once with
+//      kStuckEngineExitStatus, logged, so that its supervisor restarts it;
 //   4. on SIGINT / SIGTERM: not ready and draining at once, unregisters from the router, waits
 //      until `hooks.drained()` or shutdown_timeout (then ends what is left with UNAVAILABLE),
 //      and shuts the server down. A second signal exits the process at once (status 1).

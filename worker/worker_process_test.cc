@@ -54,6 +54,22 @@ TEST(EngineHealthTest, StallsAndRepeatedFailures) {
   EXPECT_TRUE(failed);
 }
 
+TEST(EngineHealthTest, TheWatchdogFiresOnAStepPastItsTimeoutOnly) {
+  WorkerProcessOptions options;
+  options.engine_stall_timeout = absl::Seconds(2);
+  options.engine_watchdog_timeout = absl::Seconds(5);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  StepLoopProgress progress;
+  progress.running = true;
+  EXPECT_FALSE(EngineStuck(progress, options, t0 + absl::Hours(1)));  // idle: no step runs
+  progress.in_step = true;
+  progress.step_started = t0;
+  EXPECT_FALSE(EngineStuck(progress, options, t0 + absl::Seconds(3)));  // stalled, not stuck
+  EXPECT_TRUE(EngineStuck(progress, options, t0 + absl::Seconds(6)));
+  options.engine_watchdog_timeout = absl::ZeroDuration();  // off
+  EXPECT_FALSE(EngineStuck(progress, options, t0 + absl::Hours(1)));
+}
+
 TEST(WorkerProcessOptionsTest, DrainAndHealthFlagsAreChecked) {
   WorkerProcessOptions options = Options("cpu", "ucx");
   options.shutdown_timeout = absl::Seconds(-1);
@@ -64,6 +80,18 @@ TEST(WorkerProcessOptionsTest, DrainAndHealthFlagsAreChecked) {
   options = Options("cpu", "ucx");
   options.max_failed_steps = 0;
   EXPECT_EQ(ValidateWorkerProcessOptions(options).code(), absl::StatusCode::kInvalidArgument);
+  options = Options("cpu", "ucx");
+  options.engine_watchdog_timeout = absl::Seconds(10);  // below --engine-stall-timeout (60 s)
+  absl::Status watchdog = ValidateWorkerProcessOptions(options);
+  EXPECT_EQ(watchdog.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(watchdog.message().find("--engine-watchdog-timeout"), std::string::npos) << watchdog;
+  options.engine_watchdog_timeout = absl::ZeroDuration();  // off
+  EXPECT_TRUE(ValidateWorkerProcessOptions(options).ok());
+  options = Options("cpu", "ucx");
+  options.debug_stall_rank = 1;  // TP 1 has rank 0 only
+  EXPECT_EQ(ValidateWorkerProcessOptions(options).code(), absl::StatusCode::kInvalidArgument);
+  options.tp_size = 2;
+  EXPECT_TRUE(ValidateWorkerProcessOptions(options).ok());
   options = Options("cpu", "ucx");
   options.advertise_address = "198.51.100.7";  // TEST-NET-2: not an address of this machine
   const absl::Status status = ValidateWorkerProcessOptions(options);

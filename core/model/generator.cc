@@ -10,23 +10,6 @@
 
 namespace estuary {
 
-absl::Status ValidatePromptIds(const LlamaConfig& config, absl::Span<const int32_t> prompt_ids) {
-  if (prompt_ids.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
-  for (int32_t id : prompt_ids) {
-    if (id < 0 || id >= config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt token id ", id,
-                                                     " outside the vocabulary [0, ",
-                                                     config.vocab_size, ")"));
-    }
-  }
-  if (static_cast<int64_t>(prompt_ids.size()) >= config.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt_ids.size(),
-                                                   " tokens leaves no room in the context of ",
-                                                   config.max_seq_len));
-  }
-  return absl::OkStatus();
-}
-
 std::optional<FinishReason> EndsSequence(const LlamaConfig& config, const Sampler& sampler,
                                          int32_t token, bool ignore_eos) {
   const bool is_eos =

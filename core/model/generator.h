@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/model/llama_model.h"
+#include "core/model/request_checks.h"  // ValidatePromptIds
 #include "core/model/sharded_model.h"
 #include "core/sampling/finish_reason.h"
 #include "core/sampling/sampler.h"
@@ -46,11 +47,6 @@ struct GenerateResult {
   // Lossless mode: backbone layers the drafts ran before their exits, summed over drafts.
   int64_t draft_backbone_layers = 0;
 };
-
-// Checks a prompt against the model: non-empty, every id inside the vocabulary, and room for
-// at least one generated token in the context. INVALID_ARGUMENT names the limit. Shared by
-// Generate and the decode engine.
-absl::Status ValidatePromptIds(const LlamaConfig& config, absl::Span<const int32_t> prompt_ids);
 
 // Checks a whole request: its prompt (ValidatePromptIds), max_tokens >= 0 and the sampling
 // parameters. Shared by every generation loop.

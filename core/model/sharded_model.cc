@@ -53,7 +53,11 @@ absl::StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::Create(
   }
   sharded->rivers_.resize(static_cast<size_t>(tp));
   sharded->owned_rivers_.resize(static_cast<size_t>(tp));
-  sharded->threads_ = std::make_unique<parallel::RankThreads>(tp);
+  if (options.debug_stall_rank >= tp) {
+    return absl::InvalidArgumentError(absl::StrCat("the rank to stall, ", options.debug_stall_rank,
+                                                   ", is not below the TP size ", tp));
+  }
+  sharded->threads_ = std::make_unique<parallel::RankThreads>(tp, options.debug_stall_rank);
   for (int r = 0; r < tp; ++r) {
     sharded->pools_.push_back(std::make_unique<WorkerPool>(sharded->threads_per_rank_));
   }

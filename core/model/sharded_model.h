@@ -54,6 +54,9 @@ struct ShardedModelOptions {
   // TP size itself (plain Megatron). Must be a multiple of tp_size dividing the heads and the
   // MLP width; 2 makes TP 1 and TP 2 agree.
   int reduction_blocks = 0;
+  // Fault injection for tests (parallel::RankThreads' stall_rank): this rank stops making
+  // progress at the first step, for good. -1: none.
+  int debug_stall_rank = -1;
 };
 
 struct ShardedForwardOptions {

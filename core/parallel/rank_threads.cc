@@ -1,8 +1,12 @@
 #include "core/parallel/rank_threads.h"
 
+#include "absl/time/clock.h"
+#include "core/common/logging.h"
+
 namespace estuary::parallel {
 
-RankThreads::RankThreads(int size) : size_(size < 1 ? 1 : size) {
+RankThreads::RankThreads(int size, int stall_rank)
+    : size_(size < 1 ? 1 : size), stall_rank_(stall_rank) {
   {
     absl::MutexLock lock(&mu_);
     results_.resize(static_cast<size_t>(size_));
@@ -31,6 +35,12 @@ void RankThreads::Finish(int rank, absl::Status status) {
   --pending_;
 }
 
+void RankThreads::MaybeStall(int rank) const {
+  if (rank != stall_rank_) return;
+  ESTUARY_LOG(WARNING) << "rank " << rank << " stalls for good (fault injection for tests: stall_rank)";
+  while (true) absl::SleepFor(absl::Hours(1));
+}
+
 void RankThreads::Loop(int rank) {
   // Wakes on a new generation (a Run) or on stopping.
   struct Wake {
@@ -50,6 +60,7 @@ void RankThreads::Loop(int rank) {
       wake.seen = generation_;
       fn = fn_;
     }
+    MaybeStall(rank);
     Finish(rank, (*fn)(rank));
   }
 }
@@ -63,6 +74,7 @@ absl::Status RankThreads::Run(const RankFn& fn, const ErrorFn& on_error) {
     pending_ = size_;
     ++generation_;
   }
+  MaybeStall(0);
   Finish(0, fn(0));
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(+[](int* pending) { return *pending == 0; }, &pending_));

@@ -11,6 +11,12 @@
 //
 // Thread-safety: Run is not reentrant; calls from several threads are serialized by a mutex.
 // The destructor joins the threads (after any Run in progress).
+//
+// Test hook (fault injection, the workers' --debug-stall-rank): with `stall_rank` >= 0, that
+// rank stops making progress at its first Run, as a rank stuck in a kernel or on a dead device
+// would: it never returns, so that Run never returns either and the other ranks run into their
+// collectives' deadline. Nothing recovers such a group; only the process's exit ends it (the
+// worker's watchdog, worker/worker_process.h). Never set outside tests.
 
 #include <functional>
 #include <memory>
@@ -25,7 +31,7 @@ namespace estuary::parallel {
 
 class RankThreads {
  public:
-  explicit RankThreads(int size);
+  explicit RankThreads(int size, int stall_rank = -1);
   ~RankThreads();
   RankThreads(const RankThreads&) = delete;
   RankThreads& operator=(const RankThreads&) = delete;
@@ -39,8 +45,11 @@ class RankThreads {
  private:
   void Loop(int rank);
   void Finish(int rank, absl::Status status);
+  // The test hook: blocks the calling rank for good when it is stall_rank_.
+  void MaybeStall(int rank) const;
 
   const int size_;
+  const int stall_rank_;
   absl::Mutex run_mu_;  // serializes Run
   absl::Mutex mu_;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by each Run to wake the threads
