@@ -403,7 +403,7 @@ TEST(SynthesizeModelTest, UnknownPresetListsValidOnes) {
   const auto dir = TestDir();
   const absl::Status status = SynthesizeModel("llama-9", (dir / "x").string(), 1);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("tiny, llama-3.2-1b, llama-1b-v512, llama-3.1-8b"), absl::string_view::npos);
+  EXPECT_NE(status.message().find("tiny, small, llama-3.2-1b, llama-1b-v512, llama-3.1-8b"), absl::string_view::npos);
   EXPECT_FALSE(fs::exists(dir / "x"));
 }
 
