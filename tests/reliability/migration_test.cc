@@ -327,10 +327,13 @@ TEST(StageTimeoutTest, ACallWithoutADeadlineEndsAtItsStagesTimeouts) {
 
 // C6: a prefill worker SIGKILLed while it prefills (each prefill step takes 500 ms here): the
 // router retries the request on the other prefill worker, it completes with the golden ids,
-// and the decode worker's reservation for the failed attempt is freed.
+// and the decode worker's reservation for the failed attempt is freed within the KV timeout:
+// its writer had attached, so KV fencing holds its pages until lease + grace (a dead writer
+// sends no abort completion; kvtransfer/README.md "Fencing"). The lease is 2 s here.
 TEST(PrefillFailureTest, AKilledPrefillWorkersRequestIsRetriedElsewhereAndCompletes) {
   t::ClusterSpec spec = t::Spec("stories260K", 2, 1, 1, 1);
   spec.prefill_flags = {"--debug-step-delay", "500ms"};
+  spec.decode_flags = {"--lease-ms", "2000"};
   t::Cluster cluster(spec);
   WaitRegistered(cluster.prefill(0));
   WaitRegistered(cluster.prefill(1));
@@ -364,15 +367,18 @@ TEST(PrefillFailureTest, AKilledPrefillWorkersRequestIsRetriedElsewhereAndComple
   EXPECT_GE(finished_after, absl::Milliseconds(450));
   const std::string router_log = cluster.router().process->Log();
   EXPECT_EQ(Count(router_log, "trying another worker"), 1) << router_log;
-  // The first attempt's reservation went back (the router aborted it on the decode worker).
-  absl::Time back_by = absl::Now() + absl::Seconds(1);
+  // The first attempt's reservation went back: the router aborted it on the decode worker, and
+  // its fenced pages return by lease (2 s from the reservation, before the kill) + grace (1 s).
+  const absl::Time back_by = killed + absl::Seconds(5);
   while (t::FreePages(decode, true) != decode_free && absl::Now() < back_by) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_EQ(t::FreePages(decode, true), decode_free);
   std::printf("[figure] C6 SIGKILL of a prefill worker mid-prefill: retried on the other, "
-              "completed %.0f ms after the kill (prefill steps of 500 ms)\n",
-              absl::ToDoubleMilliseconds(finished_after));
+              "completed %.0f ms after the kill (prefill steps of 500 ms); the failed attempt's "
+              "pages back %.0f ms after the kill (lease 2 s + grace 1 s)\n",
+              absl::ToDoubleMilliseconds(finished_after),
+              absl::ToDoubleMilliseconds(absl::Now() - killed));
 }
 
 // C9: both decode workers restarted in turn (SIGTERM, wait for the exit, start again) while six
