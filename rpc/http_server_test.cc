@@ -324,6 +324,25 @@ TEST(HttpServerTest, StopEndsOpenConnectionsAndRunningHandlers) {
   EXPECT_FALSE(httplib::Client("127.0.0.1", test.server->port()).Get("/now"));
 }
 
+// Connections the server closed first linger in TIME_WAIT on its port; a server started again
+// right away still binds it (SO_REUSEADDR), as a restarted router must.
+TEST(HttpServerTest, ARestartedServerBindsItsPortAgain) {
+  int port = 0;
+  {
+    TestServer first;
+    port = first.server->port();
+    for (int i = 0; i < 3; ++i) {
+      RawClient raw(port);
+      raw.Send("GET /now HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+      EXPECT_TRUE(raw.ClosedWithin(absl::Seconds(5)));
+    }
+  }
+  HttpServerOptions options;
+  options.port = port;
+  TestServer again(options);
+  EXPECT_EQ(again.server->port(), port);
+}
+
 TEST(HttpServerTest, APortInUseIsUnavailable) {
   TestServer test;
   HttpServerOptions options;
