@@ -19,13 +19,17 @@ if(NOT ESTUARY_FUZZ)
   find_package(ucx CONFIG REQUIRED)
   find_package(GTest CONFIG REQUIRED)
   find_package(benchmark CONFIG REQUIRED)
-  # cpp-httplib for the /metrics endpoint (rpc/metrics_http.h). Debian builds it as a shared
+  # Boost.Beast and Boost.Asio (header-only; libboost-dev) serve every HTTP port
+  # (rpc/http_server.h).
+  find_package(Boost 1.74 REQUIRED)
+  # cpp-httplib, the HTTP client of bench-serve and of the tests. Debian builds it as a shared
   # library (libcpp-httplib.so, with OpenSSL/zlib/Brotli support): httplib.h declares only, and
   # the CPPHTTPLIB_*_SUPPORT definitions from its .pc must match the library's class layouts.
   find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
   pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
   # OpenSSL (libssl-dev) for certificate checks and the HTTPS door's certificate reload
-  # (rpc/tls_files.h, rpc/https_server.h); gRPC and cpp-httplib use the same library for TLS.
+  # (rpc/tls_files.h, rpc/certificate_reloader.h); gRPC, Asio and cpp-httplib use the same
+  # library for TLS.
   find_package(OpenSSL REQUIRED)
 endif()
 

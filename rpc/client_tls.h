@@ -3,7 +3,7 @@
 // and for the clients that dial it (estuary client / bench-serve --ssl-ca-certs). Server-side
 // TLS only: clients are authenticated by their API key (rpc/api_key.h), not by certificates.
 // The certificate and key are re-read every `refresh` (gRPC's FileWatcherCertificateProvider;
-// the HTTP door: rpc/https_server.h), so a rotation needs no restart.
+// the HTTP door: rpc/certificate_reloader.h), so a rotation needs no restart.
 
 #include <memory>
 #include <string>

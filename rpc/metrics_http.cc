@@ -1,8 +1,7 @@
 #include "rpc/metrics_http.h"
 
 #include "absl/strings/str_cat.h"
-#include "httplib.h"
-#include "rpc/http_serving.h"
+#include "rpc/http_probes.h"
 
 namespace estuary::rpc {
 
@@ -12,20 +11,31 @@ MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
 absl::Status MetricsHttpServer::Start(const std::string& host, int port) {
   if (server_ != nullptr) return absl::FailedPreconditionError("metrics server already started");
-  auto server = std::make_unique<httplib::Server>();
-  AddHealthAndMetricsRoutes(*server, registry_, [this] { return ready_.load(); });
-  absl::StatusOr<int> bound = BindAndServe(*server, host, port, "metrics", thread_);
-  if (!bound.ok()) return bound.status();
-  port_ = *bound;
-  address_ = absl::StrCat(host, ":", port_);
+  HttpServerOptions options;
+  options.host = host;
+  options.port = port;
+  options.what = "metrics";
+  options.io_threads = 1;
+  options.long_handler_threads = 1;  // never used: nothing runs on a pool
+  options.short_handler_threads = 1;
+  auto ready = [this] { return ready_.load(); };
+  auto server = std::make_unique<HttpServer>(options, [this, ready](const HttpRequest& request) {
+    if (std::optional<HttpResponse> probe = AnswerProbe(request, registry_, ready)) {
+      return HttpDispatch::Answer(*std::move(probe));
+    }
+    return HttpDispatch::Answer(
+        PlainErrorPage(404, absl::StrCat("no such endpoint: ", request.method, " ", request.path)));
+  });
+  if (absl::Status started = server->Start(); !started.ok()) return started;
+  port_ = server->port();
+  address_ = server->address();
   server_ = std::move(server);
   return absl::OkStatus();
 }
 
 void MetricsHttpServer::Stop() {
   if (server_ == nullptr) return;
-  server_->stop();
-  if (thread_.joinable()) thread_.join();
+  server_->Stop();
   server_.reset();
 }
 

@@ -1,24 +1,22 @@
 #pragma once
-// MetricsHttpServer: a tiny HTTP server on its own thread for Prometheus scraping (design §9):
+// MetricsHttpServer: a process's --metrics-port for Prometheus scraping and probes (design §9),
+// on rpc/http_server.h with one I/O thread and no handler threads (every answer is made at
+// once):
 //
 //   GET /metrics  the registry in the text exposition format (text/plain; version=0.0.4)
 //   GET /health   readiness: 200 "ok" once SetReady(true), else 503 "not ready" (the same truth
 //                 as the gRPC health service: model loaded, engine running, not draining)
 //   GET /live     liveness: 200 "ok" while the process serves (never depends on peers)
 //
-// RAII: the destructor stops the server and joins its thread.
+// Anything else is 404. RAII: the destructor stops the server and joins its thread.
 
 #include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "core/common/metrics.h"
-
-namespace httplib {
-class Server;
-}
+#include "rpc/http_server.h"
 
 namespace estuary::rpc {
 
@@ -44,8 +42,7 @@ class MetricsHttpServer {
 
  private:
   common::MetricsRegistry* registry_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<HttpServer> server_;
   int port_ = 0;
   std::string address_;
   std::atomic<bool> ready_{false};

@@ -2,7 +2,8 @@
 // Certificate files as Estuary's flags name them (PEM): checked once at start so that a wrong
 // path, a key that does not belong to its certificate or a CA file with no certificate is an
 // error naming the flag, not a handshake that fails later on every connection. gRPC and
-// cpp-httplib re-read the files themselves while serving (rotation); this only reads them.
+// the HTTP door (rpc/certificate_reloader.h) re-read the files themselves while serving
+// (rotation); this only reads them.
 
 #include <string>
 

@@ -1,10 +1,11 @@
 # Shared by the cluster benchmarks (scripts/bench_scaling.sh, scripts/bench_http_vs_grpc.sh):
-# sourced from the repository root with the model folder as $1. Sets `model`, `estuary` and a
-# scratch folder `work`; stops the `estuary up` whose pid is in `up_pid` and removes `work` on
+# sourced from the repository root with the model folder as $1. Sets `model`, `estuary` (env
+# ESTUARY, default build/cli/estuary: another build's binary, to compare builds) and a scratch
+# folder `work`; stops the `estuary up` whose pid is in `up_pid` and removes `work` on
 # exit; reads a process's CPU ticks and a number out of a one-line JSON file.
 model="${1:-models/stories12L}"
 [ -d "$model" ] || { echo "no model folder $model" >&2; exit 1; }
-estuary=build/cli/estuary
+estuary="${ESTUARY:-build/cli/estuary}"
 [ -x "$estuary" ] || { echo "build first: scripts/build.sh" >&2; exit 1; }
 work="$(mktemp -d)"
 up_pid=""

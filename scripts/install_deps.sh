@@ -10,6 +10,7 @@ packages=(
   libucx-dev ucx-utils
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libhwy-dev libpcre2-dev nlohmann-json3-dev libcpp-httplib-dev libssl-dev
+  libboost-dev
   clang libclang-rt-dev
   "$@"
 )

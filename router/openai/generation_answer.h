@@ -1,26 +1,20 @@
 #pragma once
 // Answers one parsed generation request over HTTP: runs its choices (ChoiceRunner) and writes
-// either the whole OpenAI body or the SSE stream. Owned by OpenAiServer's handlers; one call per
-// request, on the connection's thread.
-
-#include <functional>
-#include <memory>
+// either the whole OpenAI body or the SSE stream through the request's responder. Called by
+// OpenAiServer's handlers on a thread of the HTTP server's long pool; returns once the answer is
+// written or abandoned. A client that goes away, streaming or not, is noticed by the server at
+// once and cancels every choice (the router then aborts them on both workers).
 
 #include "absl/time/time.h"
 #include "estuary/v1/inference.grpc.pb.h"
 #include "router/openai/generation_request.h"
 #include "router/openai/response_json.h"
-
-namespace httplib {
-struct Response;
-}
+#include "rpc/http_exchange.h"
 
 namespace estuary::openai {
 
-// Fills `response` (status, body or chunked SSE provider). `on_done` runs once the answer has
-// been written out or abandoned (it releases the request's concurrency slot).
 void AnswerGeneration(estuary::v1::Inference::StubInterface& stub, GenerationRequest request,
                       ResponseEnvelope envelope, absl::Duration timeout,
-                      httplib::Response& response, std::function<void()> on_done);
+                      rpc::HttpResponder& responder);
 
 }  // namespace estuary::openai

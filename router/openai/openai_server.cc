@@ -1,6 +1,7 @@
 #include "router/openai/openai_server.h"
 
-#include <limits>
+#include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -9,7 +10,6 @@
 #include "absl/time/clock.h"
 #include "core/common/logging.h"
 #include "core/common/status_macros.h"
-#include "httplib.h"
 #include "router/openai/api_error.h"
 #include "router/openai/error_response.h"
 #include "router/openai/generation_answer.h"
@@ -17,20 +17,14 @@
 #include "router/openai/request_fields.h"
 #include "router/openai/response_json.h"
 #include "rpc/api_key.h"
-#include "rpc/http_serving.h"
+#include "rpc/http_probes.h"
 
 namespace estuary::openai {
 namespace {
 
-constexpr char kJson[] = "application/json";
 constexpr size_t kMaxDetokenizeIds = 1 << 20;
 
-void SetJson(httplib::Response& response, int status, const nlohmann::json& body) {
-  response.status = status;
-  response.set_content(Dump(body), kJson);
-}
-
-absl::StatusOr<nlohmann::json> ParseBody(const httplib::Request& request) {
+absl::StatusOr<nlohmann::json> ParseBody(const rpc::HttpRequest& request) {
   nlohmann::json body = nlohmann::json::parse(request.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
     return InvalidField("body", "is not valid JSON (UTF-8 text, one JSON value)");
@@ -64,55 +58,74 @@ class OpenAiServer::Handlers {
         in_flight_(metrics->GetGauge("estuary:http_requests_running",
                                      "HTTP generation requests being answered")) {}
 
-  void Install(httplib::Server& server) {
-    server.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) {
-      Generate(q, r, Endpoint::kCompletions);
-    });
-    server.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) {
-      Generate(q, r, Endpoint::kChat);
-    });
-    server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) { Models(r); });
-    server.Post("/tokenize", [this](const httplib::Request& q, httplib::Response& r) {
-      Tokenize(q, r);
-    });
-    server.Post("/detokenize", [this](const httplib::Request& q, httplib::Response& r) {
-      Detokenize(q, r);
-    });
-    rpc::AddHealthAndMetricsRoutes(server, metrics_, ready_);
+  // Decides on the server's I/O thread (rpc::HttpDispatcher): no blocking here.
+  rpc::HttpDispatch Dispatch(const rpc::HttpRequest& q) {
+    if (std::optional<rpc::HttpResponse> probe = rpc::AnswerProbe(q, metrics_, ready_)) {
+      return rpc::HttpDispatch::Answer(*std::move(probe));
+    }
     // --api-key: checked before routing, so an unknown path answers 401 too (it says nothing
     // about what is served); the probes and /metrics stay open.
-    server.set_pre_routing_handler([this](const httplib::Request& q, httplib::Response& r) {
-      if (options_.api_key.empty() || q.path == "/health" || q.path == "/live" ||
-          q.path == "/metrics" ||
-          rpc::BearerMatches(q.get_header_value("Authorization"), options_.api_key)) {
-        return httplib::Server::HandlerResponse::Unhandled;
-      }
-      r.set_header("WWW-Authenticate", "Bearer");
-      SetJson(r, 401,
-              ErrorJson(401, "this server needs an API key: send the header "
-                             "`Authorization: Bearer KEY`"));
-      return httplib::Server::HandlerResponse::Handled;
-    });
-    // Errors httplib makes itself (404 no route, 413 too large, 400 bad request line, 405):
-    // OpenAI's shape, when no handler wrote a body.
-    server.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
-      if (!r.body.empty()) return;
-      std::string message = absl::StrCat("HTTP ", r.status);
-      if (r.status == 404) message = absl::StrCat("no such endpoint: ", q.method, " ", q.path);
-      if (r.status == 413) {
-        message = absl::StrCat("the body is larger than ", options_.max_body_bytes, " bytes");
-      }
-      r.set_content(Dump(ErrorJson(r.status, message)), kJson);
-    });
-    server.set_exception_handler(
-        [](const httplib::Request&, httplib::Response& r, std::exception_ptr) {
-          r.status = 500;
-          r.set_content(Dump(ErrorJson(500, "internal error")), kJson);
-        });
+    if (!options_.api_key.empty() && !rpc::IsProbePath(q.path) &&
+        !rpc::BearerMatches(q.Header("Authorization"), options_.api_key)) {
+      rpc::HttpResponse refused =
+          JsonResponse(401, ErrorJson(401, "this server needs an API key: send the header "
+                                           "`Authorization: Bearer KEY`"));
+      refused.headers.emplace_back("WWW-Authenticate", "Bearer");
+      return rpc::HttpDispatch::Answer(std::move(refused));
+    }
+    if (q.method == "POST" && q.path == "/v1/completions") return Admit(Endpoint::kCompletions);
+    if (q.method == "POST" && q.path == "/v1/chat/completions") return Admit(Endpoint::kChat);
+    if (q.method == "GET" && q.path == "/v1/models") return rpc::HttpDispatch::Answer(Models());
+    if (q.method == "POST" && q.path == "/tokenize") {
+      return Short([this](const rpc::HttpRequest& r) { return Tokenize(r); });
+    }
+    if (q.method == "POST" && q.path == "/detokenize") {
+      return Short([this](const rpc::HttpRequest& r) { return Detokenize(r); });
+    }
+    return rpc::HttpDispatch::Answer(
+        ErrorPage(404, absl::StrCat("no such endpoint: ", q.method, " ", q.path)));
   }
 
  private:
-  void Models(httplib::Response& r) {
+  // A generation's slot: taken on admission, released when its handler is done or dropped.
+  struct Slot {
+    explicit Slot(Handlers* h) : handlers(h) {}
+    ~Slot() {
+      handlers->running_.fetch_sub(1);
+      handlers->in_flight_.Add(-1);
+    }
+    Handlers* handlers;
+  };
+
+  // A slot per request, taken before the body is parsed or tokenized (admission first: a burst
+  // beyond the cap costs no tokenizer work and no thread).
+  rpc::HttpDispatch Admit(Endpoint endpoint) {
+    if (running_.fetch_add(1) >= options_.max_concurrent_requests) {
+      running_.fetch_sub(1);
+      refused_busy_.Increment();
+      return rpc::HttpDispatch::Answer(ErrorResponse(absl::ResourceExhaustedError(
+          absl::StrCat("more than ", options_.max_concurrent_requests,
+                       " requests at once (--http-max-concurrent-requests); retry later"))));
+    }
+    in_flight_.Add(1);
+    auto slot = std::make_shared<Slot>(this);
+    return rpc::HttpDispatch::Run(
+        [this, slot, endpoint](const rpc::HttpRequest& q, rpc::HttpResponder& r) {
+          Generate(q, r, endpoint);
+        },
+        /*long_running=*/true);
+  }
+
+  // A quick answer made on the short pool (it may tokenize a large body).
+  static rpc::HttpDispatch Short(std::function<rpc::HttpResponse(const rpc::HttpRequest&)> answer) {
+    return rpc::HttpDispatch::Run(
+        [answer = std::move(answer)](const rpc::HttpRequest& q, rpc::HttpResponder& r) {
+          r.Send(answer(q));
+        },
+        /*long_running=*/false);
+  }
+
+  rpc::HttpResponse Models() {
     nlohmann::json model = {{"id", options_.served_model},
                             {"object", "model"},
                             {"created", absl::ToUnixSeconds(started_)},
@@ -121,45 +134,45 @@ class OpenAiServer::Handlers {
                             {"max_model_len", options_.context_length},
                             // Estuary's extension: bench-serve draws prompt ids below it.
                             {"vocab_size", tokenizer_.vocab_size()}};
-    SetJson(r, 200, {{"object", "list"}, {"data", nlohmann::json::array({model})}});
+    return JsonResponse(200, {{"object", "list"}, {"data", nlohmann::json::array({model})}});
   }
 
   // {"prompt": "text", "add_special_tokens": true} or {"messages": [...]} (the chat template).
-  void Tokenize(const httplib::Request& q, httplib::Response& r) {
+  rpc::HttpResponse Tokenize(const rpc::HttpRequest& q) {
     absl::StatusOr<nlohmann::json> body = ParseBody(q);
-    if (!body.ok()) return SetErrorResponse(r, body.status());
+    if (!body.ok()) return ErrorResponse(body.status());
     std::vector<int32_t> ids;
     if (Field(*body, "messages") != nullptr) {
-      if (!chat_prompt_) return SetErrorResponse(r, NoChatTemplate());
+      if (!chat_prompt_) return ErrorResponse(NoChatTemplate());
       absl::StatusOr<std::vector<int32_t>> rendered = chat_prompt_(*body);
-      if (!rendered.ok()) return SetErrorResponse(r, rendered.status());
+      if (!rendered.ok()) return ErrorResponse(rendered.status());
       ids = std::move(*rendered);
     } else {
       absl::StatusOr<std::string> prompt = StringField(*body, "prompt", "");
-      if (!prompt.ok()) return SetErrorResponse(r, prompt.status());
+      if (!prompt.ok()) return ErrorResponse(prompt.status());
       if (Field(*body, "prompt") == nullptr) {
-        return SetErrorResponse(r, InvalidField("prompt", "is required (or messages)"));
+        return ErrorResponse(InvalidField("prompt", "is required (or messages)"));
       }
       absl::StatusOr<bool> special = BoolField(*body, "add_special_tokens", true);
-      if (!special.ok()) return SetErrorResponse(r, special.status());
+      if (!special.ok()) return ErrorResponse(special.status());
       absl::StatusOr<std::vector<int32_t>> encoded = tokenizer_.Encode(*prompt, *special);
-      if (!encoded.ok()) return SetErrorResponse(r, InvalidField("prompt", encoded.status().message()));
+      if (!encoded.ok()) return ErrorResponse(InvalidField("prompt", encoded.status().message()));
       ids = std::move(*encoded);
     }
-    SetJson(r, 200, {{"tokens", ids},
-                     {"count", ids.size()},
-                     {"max_model_len", options_.context_length}});
+    return JsonResponse(200, {{"tokens", ids},
+                              {"count", ids.size()},
+                              {"max_model_len", options_.context_length}});
   }
 
-  void Detokenize(const httplib::Request& q, httplib::Response& r) {
+  rpc::HttpResponse Detokenize(const rpc::HttpRequest& q) {
     absl::StatusOr<nlohmann::json> body = ParseBody(q);
-    if (!body.ok()) return SetErrorResponse(r, body.status());
-    if (Field(*body, "tokens") == nullptr) return SetErrorResponse(r, InvalidField("tokens", "is required"));
+    if (!body.ok()) return ErrorResponse(body.status());
+    if (Field(*body, "tokens") == nullptr) return ErrorResponse(InvalidField("tokens", "is required"));
     absl::StatusOr<std::vector<int64_t>> ids =
         IntsField(*body, "tokens", kMaxDetokenizeIds, 0, tokenizer_.vocab_size() - 1);
-    if (!ids.ok()) return SetErrorResponse(r, ids.status());
+    if (!ids.ok()) return ErrorResponse(ids.status());
     const std::vector<int32_t> narrow(ids->begin(), ids->end());
-    SetJson(r, 200, {{"prompt", tokenizer_.Decode(narrow)}});
+    return JsonResponse(200, {{"prompt", tokenizer_.Decode(narrow)}});
   }
 
   absl::Status NoChatTemplate() const {
@@ -187,26 +200,9 @@ class OpenAiServer::Handlers {
     return request;
   }
 
-  void Generate(const httplib::Request& q, httplib::Response& r, Endpoint endpoint) {
-    // A slot per request, taken before the body is parsed or tokenized (admission first: a
-    // burst beyond the cap costs no tokenizer work) and released when its answer is written or
-    // abandoned.
-    if (running_.fetch_add(1) >= options_.max_concurrent_requests) {
-      running_.fetch_sub(1);
-      refused_busy_.Increment();
-      return SetErrorResponse(r, absl::ResourceExhaustedError(absl::StrCat(
-                             "more than ", options_.max_concurrent_requests,
-                             " requests at once (--http-max-concurrent-requests); retry later")));
-    }
-    in_flight_.Add(1);
-    auto release = [this] {
-      running_.fetch_sub(1);
-      in_flight_.Add(-1);
-    };
-    auto refuse = [&](const absl::Status& status) {
-      release();
-      SetErrorResponse(r, status);
-    };
+  // On the long pool, holding the slot Admit took.
+  void Generate(const rpc::HttpRequest& q, rpc::HttpResponder& r, Endpoint endpoint) {
+    auto refuse = [&](const absl::Status& status) { r.Send(ErrorResponse(status)); };
     absl::StatusOr<nlohmann::json> body = ParseBody(q);
     if (!body.ok()) return refuse(body.status());
     absl::StatusOr<GenerationRequest> request = Parse(*body, endpoint);
@@ -238,8 +234,7 @@ class OpenAiServer::Handlers {
                                                                       choice.tokens().ids_size())));
       }
     }
-    AnswerGeneration(*stub_, std::move(*request), std::move(envelope), options_.request_timeout, r,
-                     release);
+    AnswerGeneration(*stub_, std::move(*request), std::move(envelope), options_.request_timeout, r);
   }
 
   const OpenAiServerOptions& options_;
@@ -266,28 +261,31 @@ OpenAiServer::~OpenAiServer() { Stop(); }
 
 absl::Status OpenAiServer::Start() {
   if (server_ != nullptr) return absl::FailedPreconditionError("the HTTP server already runs");
-  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<httplib::Server> server, rpc::NewHttpServer(options_.tls));
-  const size_t threads = static_cast<size_t>(options_.max_concurrent_requests) + kSpareThreads;
-  server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server->set_payload_max_length(options_.max_body_bytes);
-  server->set_read_timeout(absl::ToChronoSeconds(options_.read_timeout));
-  server->set_write_timeout(absl::ToChronoSeconds(options_.write_timeout));
-  server->set_keep_alive_timeout(5);
-  server->set_tcp_nodelay(true);
-  handlers_->Install(*server);
-  absl::StatusOr<int> bound =
-      rpc::BindAndServe(*server, options_.host, options_.port, "HTTP", thread_);
-  if (!bound.ok()) return bound.status();
-  port_ = *bound;
-  address_ = absl::StrCat(options_.host, ":", port_);
+  rpc::HttpServerOptions http;
+  http.host = options_.host;
+  http.port = options_.port;
+  http.what = "HTTP";
+  http.tls = options_.tls;
+  http.max_body_bytes = options_.max_body_bytes;
+  http.idle_timeout = kIdleTimeout;
+  http.read_timeout = options_.read_timeout;
+  http.write_timeout = options_.write_timeout;
+  http.long_handler_threads = options_.max_concurrent_requests;
+  http.short_handler_threads = kShortHandlerThreads;
+  http.short_handler_queue = kShortQueue;
+  http.error_page = ErrorPage;
+  auto server = std::make_unique<rpc::HttpServer>(
+      std::move(http), [h = handlers_.get()](const rpc::HttpRequest& q) { return h->Dispatch(q); });
+  if (absl::Status started = server->Start(); !started.ok()) return started;
+  port_ = server->port();
+  address_ = server->address();
   server_ = std::move(server);
   return absl::OkStatus();
 }
 
 void OpenAiServer::Stop() {
   if (server_ == nullptr) return;
-  server_->stop();
-  if (thread_.joinable()) thread_.join();
+  server_->Stop();
   server_.reset();
 }
 

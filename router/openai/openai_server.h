@@ -7,23 +7,24 @@
 // GET /health (readiness), /live and /metrics.
 //
 // Bounds: a body over max_body_bytes is 413; more than max_concurrent_requests generations at
-// once is 429; a request is given request_timeout in all; a client that sends nothing for
-// read_timeout or reads nothing for write_timeout is dropped. A streaming client that goes away
-// cancels its choices (the router aborts them on both workers): the stream notices at its next
-// write, and writes an SSE comment after each second without a token so that it notices
-// while the prompt is prefilled too.
+// once is 429 (with Retry-After, decided before the body is parsed or tokenized); a request is
+// given request_timeout in all; a client that sends nothing for read_timeout while a request is
+// owed, or takes nothing of its answer for write_timeout, is dropped, and a connection with no
+// request under way is closed after kIdleTimeout (keep-alive).
 //
-// Threads: cpp-httplib serves each connection on a thread of a pool of
-// max_concurrent_requests + kSpareThreads, so health checks and errors get a thread while
-// every generation slot is taken. A connection holds its thread while it is open (an idle one
-// for up to the 5 s keep-alive timeout), so idle connections beyond the pool delay new
-// requests (README: reliability C14).
+// Threads: the door runs on rpc/http_server.h (Boost.Beast on Asio, two I/O threads). An open
+// connection holds no thread, so idle or slow clients cost a socket and a few KiB each and never
+// delay a new request (README: reliability C14). A generation runs on a pool of
+// max_concurrent_requests threads (admitted ones never wait for a thread; one more per choice
+// runs its gRPC stream, choice_runner.h); /tokenize and /detokenize on a small pool of their
+// own; /health, /live, /metrics, /v1/models and every refusal are answered at once on the I/O
+// thread. A client that goes away, streaming or not, is noticed at once (the connection keeps
+// reading while its answer is made) and cancels its choices (the router aborts them on both
+// workers).
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,11 +34,8 @@
 #include "core/tokenizer/tokenizer.h"
 #include "estuary/v1/inference.grpc.pb.h"
 #include "nlohmann/json.hpp"
-#include "rpc/https_server.h"
-
-namespace httplib {
-class Server;
-}
+#include "rpc/certificate_reloader.h"
+#include "rpc/http_server.h"
 
 namespace estuary::openai {
 
@@ -59,14 +57,19 @@ struct OpenAiServerOptions {
   absl::Duration read_timeout = absl::Seconds(30);
   absl::Duration write_timeout = absl::Seconds(30);
   absl::Duration request_timeout = absl::Minutes(10);
-  // --ssl-certfile / --ssl-keyfile: HTTPS (rpc/https_server.h; re-read when they change);
-  // empty: plain HTTP.
+  // --ssl-certfile / --ssl-keyfile: HTTPS (rpc/certificate_reloader.h; re-read when they
+  // change); empty: plain HTTP.
   rpc::HttpsFiles tls;
 };
 
 class OpenAiServer {
  public:
-  static constexpr int kSpareThreads = 16;
+  // Keep-alive: a connection with no request under way is closed after this (as cpp-httplib
+  // did before).
+  static constexpr absl::Duration kIdleTimeout = absl::Seconds(5);
+  // Threads for /tokenize and /detokenize (queued beyond, up to kShortQueue; then 503).
+  static constexpr int kShortHandlerThreads = 8;
+  static constexpr size_t kShortQueue = 1024;
 
   // `stub`: the router's Inference service; `tokenizer`: the served model's; `ready`: the
   // router's readiness (for /health); `chat_prompt`: null when the model has no chat template.
@@ -81,8 +84,10 @@ class OpenAiServer {
   // Binds and serves; UNAVAILABLE when the port cannot be bound, INVALID_ARGUMENT when the TLS
   // files do not load.
   absl::Status Start();
-  // Stops accepting and ends the connections (idempotent; the destructor calls it).
+  // Stops accepting and ends the connections: their generations are cancelled (idempotent; the
+  // destructor calls it).
   void Stop();
+  int open_connections() const { return server_ == nullptr ? 0 : server_->open_connections(); }
   const std::string& address() const { return address_; }
   int port() const { return port_; }
 
@@ -91,8 +96,7 @@ class OpenAiServer {
 
   OpenAiServerOptions options_;
   std::unique_ptr<Handlers> handlers_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<rpc::HttpServer> server_;
   std::string address_;
   int port_ = 0;
 };

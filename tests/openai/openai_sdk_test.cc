@@ -139,9 +139,9 @@ std::vector<std::pair<std::string, std::string>> MalformedRequests(int count) {
 }
 
 // A non-streamed answer that takes seconds (a decode worker slowed to 50 ms a step) comes back
-// whole and parses (it is preceded by keep-alive spaces); a client that gives up on one is
-// noticed and its request ends on the decode worker: the pages come back long before it would
-// have finished.
+// whole and parses; a client that gives up on one is noticed (the server keeps reading the
+// connection while the answer is made) and its request ends on the decode worker: the pages
+// come back long before it would have finished.
 TEST(OpenAiHttpTest, ANonStreamedRequestWhoseClientLeavesEndsOnTheWorkers) {
   testing::ClusterSpec spec = Spec("stories260K", 0, 1, 1, 1, {"--http-port", "0"});
   spec.decode_flags = {"--debug-step-delay", "50ms"};
