@@ -28,9 +28,12 @@ nvcc_path="$(command -v nvcc || true)"
 if [ -n "$nvcc_path" ]; then
   echo "nvcc found at $nvcc_path: compiling the CUDA build in build-cuda/"
   source scripts/compiler_cache.sh  # build/'s objects serve most of this build's host code
+  # Device code for sm_90 only (the H200 the GPU checks run on; ESTUARY_CUDA_ARCHITECTURES
+  # overrides): the kernels have no per-architecture branch, and the shipped default "90;80"
+  # compiles every .cu file twice.
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DESTUARY_CUDA=ON \
     -DCMAKE_CUDA_COMPILER="$nvcc_path" -DESTUARY_BENCHMARKS=OFF "${compiler_cache_flags[@]}" \
-    >/dev/null
+    -DESTUARY_CUDA_ARCHITECTURES="${ESTUARY_CUDA_ARCHITECTURES:-90}" >/dev/null
   # ESTUARY_CUDA adds the CUDA backend, kernels, the device forward pass and NCCL: build every
   # gpu-labelled test binary (with the worker binaries gpu_cluster_test starts) and `estuary`.
   cmake --build build-cuda --parallel "$(nproc)" --target estuary_model gpu_tests estuary
