@@ -50,21 +50,31 @@ absl::Status WriteHfConfig(const std::string& dir, const LlamaConfig& config, DT
                            HfGenerationConfigJson(config));
 }
 
-absl::Status ConvertLlama2cToHf(const std::string& from_dir_or_model_bin, const std::string& to_dir,
-                                DType dtype) {
+absl::StatusOr<Llama2cSource> ReadLlama2cSource(const std::string& from_dir_or_model_bin,
+                                                DType dtype, absl::string_view command) {
   if (SafetensorsDTypeName(dtype) == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("convert: dtype ", DTypeName(dtype), " is not one of f32, bf16, f16"));
+    return absl::InvalidArgumentError(absl::StrCat(command, ": dtype ", DTypeName(dtype),
+                                                   " is not one of f32, bf16, f16"));
   }
   std::error_code ec;
   fs::path model_bin(from_dir_or_model_bin);
   if (fs::is_directory(model_bin, ec)) model_bin /= "model.bin";
   const fs::path tokenizer_bin = model_bin.parent_path() / "tokenizer.bin";
-
-  ESTUARY_ASSIGN_OR_RETURN(LlamaCheckpoint source, LoadLlama2cCheckpoint(model_bin.string()));
+  Llama2cSource source;
+  source.model_bin = model_bin.string();
+  ESTUARY_ASSIGN_OR_RETURN(source.checkpoint, LoadLlama2cCheckpoint(source.model_bin));
   ESTUARY_ASSIGN_OR_RETURN(
-      std::string tokenizer_json,
-      ExportLlama2cTokenizerJson(tokenizer_bin.string(), source.config.vocab_size));
+      source.tokenizer_json,
+      ExportLlama2cTokenizerJson(tokenizer_bin.string(), source.checkpoint.config.vocab_size));
+  return source;
+}
+
+absl::Status ConvertLlama2cToHf(const std::string& from_dir_or_model_bin, const std::string& to_dir,
+                                DType dtype) {
+  ESTUARY_ASSIGN_OR_RETURN(Llama2cSource read,
+                           ReadLlama2cSource(from_dir_or_model_bin, dtype, "convert"));
+  const LlamaCheckpoint& source = read.checkpoint;
+  const std::string& tokenizer_json = read.tokenizer_json;
   LlamaConfig config = source.config;
   config.rope_style = RopeStyle::kHalves;
 
@@ -84,7 +94,7 @@ absl::Status ConvertLlama2cToHf(const std::string& from_dir_or_model_bin, const 
     ESTUARY_RETURN_IF_ERROR(writer->AppendTensor(tensor));
   }
   ESTUARY_RETURN_IF_ERROR(writer->Finish());
-  ESTUARY_LOG(INFO) << "converted " << model_bin.string() << " to " << to_dir << " ("
+  ESTUARY_LOG(INFO) << "converted " << read.model_bin << " to " << to_dir << " ("
                     << DTypeName(dtype) << ", " << infos.size() << " tensors)";
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/loader/checkpoint.h"
 #include "core/model/llama_config.h"
 #include "core/tensor/dtype.h"
 
@@ -16,6 +17,19 @@ namespace estuary {
 // Writes `dir`/config.json and `dir`/generation_config.json for `config` (torch_dtype from
 // `dtype`). `dir` must exist.
 absl::Status WriteHfConfig(const std::string& dir, const LlamaConfig& config, DType dtype);
+
+// A llama2.c model read for writing elsewhere (convert, widen): its checkpoint and its
+// tokenizer as tokenizer.json text.
+struct Llama2cSource {
+  LlamaCheckpoint checkpoint;
+  std::string model_bin;  // the path read
+  std::string tokenizer_json;
+};
+// Reads `from_dir_or_model_bin` (a folder with model.bin and tokenizer.bin, or a model.bin path
+// beside tokenizer.bin) for a writer of `dtype` files; INVALID_ARGUMENT, naming `command`, when
+// the dtype is not one safetensors holds (f32, bf16, f16).
+absl::StatusOr<Llama2cSource> ReadLlama2cSource(const std::string& from_dir_or_model_bin,
+                                                DType dtype, absl::string_view command);
 
 // Converts a llama2.c model (a folder with model.bin and tokenizer.bin, or a model.bin path
 // beside tokenizer.bin) to a Hugging Face folder `to_dir` (created if needed): config.json,

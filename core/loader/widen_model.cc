@@ -11,11 +11,9 @@
 #include "core/common/status_macros.h"
 #include "core/loader/hf_tensor_names.h"
 #include "core/loader/hf_writer.h"
-#include "core/loader/llama2c_checkpoint.h"
 #include "core/loader/rope_permute.h"
 #include "core/loader/safetensors.h"
 #include "core/loader/safetensors_writer.h"
-#include "core/tokenizer/tokenizer_json_export.h"
 
 namespace estuary {
 namespace {
@@ -145,15 +143,9 @@ Placement PlacementOf(WeightRole role, const WidthMaps& maps, const IndexMap& vo
 
 absl::Status WidenLlama2cToHf(const std::string& from_dir_or_model_bin,
                               const LlamaConfig& widths, const std::string& to_dir, DType dtype) {
-  if (SafetensorsDTypeName(dtype) == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("widen: dtype ", DTypeName(dtype), " is not one of f32, bf16, f16"));
-  }
-  std::error_code ec;
-  fs::path model_bin(from_dir_or_model_bin);
-  if (fs::is_directory(model_bin, ec)) model_bin /= "model.bin";
-  const fs::path tokenizer_bin = model_bin.parent_path() / "tokenizer.bin";
-  ESTUARY_ASSIGN_OR_RETURN(LlamaCheckpoint source, LoadLlama2cCheckpoint(model_bin.string()));
+  ESTUARY_ASSIGN_OR_RETURN(Llama2cSource read,
+                           ReadLlama2cSource(from_dir_or_model_bin, dtype, "widen"));
+  LlamaCheckpoint& source = read.checkpoint;
   const LlamaConfig& small = source.config;
 
   LlamaConfig wide = small;
@@ -172,12 +164,12 @@ absl::Status WidenLlama2cToHf(const std::string& from_dir_or_model_bin,
   const float norm_scale = static_cast<float>(std::sqrt(double(small.dim) / wide.dim));
   const float query_scale = static_cast<float>(std::sqrt(double(wide.head_dim) / small.head_dim));
 
-  ESTUARY_ASSIGN_OR_RETURN(std::string tokenizer_json,
-                           ExportLlama2cTokenizerJson(tokenizer_bin.string(), small.vocab_size));
+  std::error_code ec;
   fs::create_directories(to_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", to_dir, ": ", ec.message()));
   const fs::path out(to_dir);
-  ESTUARY_RETURN_IF_ERROR(WriteStringToFile((out / "tokenizer.json").string(), tokenizer_json));
+  ESTUARY_RETURN_IF_ERROR(
+      WriteStringToFile((out / "tokenizer.json").string(), read.tokenizer_json));
   ESTUARY_RETURN_IF_ERROR(WriteHfConfig(to_dir, wide, dtype));
 
   const std::vector<HfTensorInfo> small_infos = HfLlamaTensors(small);
@@ -206,7 +198,7 @@ absl::Status WidenLlama2cToHf(const std::string& from_dir_or_model_bin,
     ESTUARY_RETURN_IF_ERROR(writer->AppendTensor(widened));
   }
   ESTUARY_RETURN_IF_ERROR(writer->Finish());
-  ESTUARY_LOG(INFO) << "widened " << model_bin.string() << " (dim " << small.dim << ") to "
+  ESTUARY_LOG(INFO) << "widened " << read.model_bin << " (dim " << small.dim << ") to "
                     << to_dir << " (dim " << wide.dim << ", hidden " << wide.hidden_dim << ", "
                     << wide.n_heads << "/" << wide.n_kv_heads << " heads of " << wide.head_dim
                     << ", " << DTypeName(dtype) << ")";
