@@ -28,6 +28,7 @@
 #include "decode/decode_engine.h"
 #include "decode/engine_test_collector.h"
 #include "gtest/gtest.h"
+#include "kvtransfer/descriptor_seal.h"
 #include "kvtransfer/fault_transport.h"
 #include "kvtransfer/fingerprint.h"
 #include "kvtransfer/inprocess_transport.h"
@@ -57,8 +58,17 @@ estuary::v1::KvFormatFingerprint Fingerprint(const LlamaConfig& c, int block_siz
   return kv::MakeFingerprint(kModelId, c.n_layers, c.n_kv_heads, c.head_dim, block_size);
 }
 
-// The decode worker: the engine and its receiver, wired as DecodeService wires them (writers
-// attach through AttachWriter; completions end or complete reservations).
+// The key both workers seal and verify descriptors with (workers derive theirs from the
+// cluster token).
+const kv::DescriptorSeal& Seal() {
+  static const kv::DescriptorSeal* const seal =
+      new kv::DescriptorSeal("kv-fencing-test key of 32 bytes!");
+  return *seal;
+}
+
+// The decode worker: the engine and its receiver, wired as DecodeService wires them (attaches
+// checked against what the engine reserved, writers attach through AttachWriter; completions end
+// or complete reservations).
 struct DecodeSide {
   explicit DecodeSide(const LlamaModel& model) {
     DecodeEngineOptions options;
@@ -69,10 +79,16 @@ struct DecodeSide {
     engine = std::move(*e);
     transport = kv::InProcessTransport::Create();
     auto r = kv::KvReceiver::Create(*transport, engine->mutable_pool(),
-                                    Fingerprint(model.config(), options.block_size));
+                                    Fingerprint(model.config(), options.block_size), Seal());
     EXPECT_TRUE(r.ok()) << r.status();
     receiver = std::move(*r);
     kv::KvReceiverCallbacks callbacks;
+    callbacks.issued = [this](const std::string& id,
+                              uint64_t epoch) -> absl::StatusOr<kv::IssuedReservation> {
+      absl::StatusOr<DecodeEngine::Reservation> r = engine->FindReservation(id, epoch);
+      if (!r.ok()) return r.status();
+      return kv::IssuedReservation{r->pages, r->lease_deadline};
+    };
     callbacks.on_attach = [this](const estuary::v1::KvAttach& a, uint64_t writer) {
       return engine->AttachWriter(a.request_id(), {a.reservation_epoch(), writer});
     };
@@ -171,7 +187,7 @@ struct PrefillSide {
   }
   absl::StatusOr<std::unique_ptr<kv::KvPusher>> Pusher(
       const estuary::v1::TransferDescriptor& d) {
-    return kv::KvPusher::Create(transport, cache, replies, *pool, d,
+    return kv::KvPusher::Create(transport, cache, replies, *pool, d, Seal(),
                                 Fingerprint(config, pool->layout().block_size), prompt_len,
                                 absl::Now() + absl::Seconds(10));
   }
