@@ -135,8 +135,9 @@ ABSL_FLAG(std::string, ssl_ca_certs, "",
           "client, bench-serve: TLS to the router, whose certificate must chain to this CA "
           "(PEM) and name the host dialled");
 ABSL_FLAG(std::string, cluster_token, "",
-          "up: the token every process of the local cluster demands and sends (at least 16 "
-          "characters); default: $ESTUARY_CLUSTER_TOKEN, else a fresh random one");
+          "up: the token every process of the local cluster demands and sends, and from which "
+          "its workers derive the KV descriptor seal's key (at least 16 characters); default: "
+          "$ESTUARY_CLUSTER_TOKEN, else a fresh random one");
 // Passed by `estuary up` to the servers that take them (cli/command_tables.cc), when given;
 // defaults and meaning as in those servers.
 ABSL_FLAG(std::string, served_model_name, "",

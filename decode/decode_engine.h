@@ -123,6 +123,11 @@ class DecodeEngine {
   // RESOURCE_EXHAUSTED when the pool cannot hold the prompt now. Thread-safe (any thread).
   absl::StatusOr<Reservation> Reserve(DecodeRequest request, absl::Duration lease);
 
+  // The live reservation `request_id` named `epoch` as Reserve issued it (what its transfer
+  // descriptor was made from: the KV receiver checks a writer's attach against it); NOT_FOUND
+  // when none is live. Thread-safe.
+  absl::StatusOr<Reservation> FindReservation(const std::string& request_id, uint64_t epoch) const;
+
   // Who speaks for a reservation: its epoch, the writer's transport id (kvtransfer::Transport::id),
   // and, on its completion, whether a put may have been posted after the writer's stop.
   struct Writer {

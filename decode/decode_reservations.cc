@@ -47,6 +47,7 @@ absl::StatusOr<DecodeEngine::Reservation> DecodeEngine::Reserve(DecodeRequest re
     return status;
   }
   Reservation out{s.kv.pages(), absl::Now() + lease, 0};
+  reserved->pages = out.pages;
   reserved->lease_deadline = out.lease_deadline;
   absl::MutexLock lock(&reservations_mu_);
   // Random, nonzero and unique among the live and fenced ones.
@@ -56,6 +57,17 @@ absl::StatusOr<DecodeEngine::Reservation> DecodeEngine::Reserve(DecodeRequest re
   reserved->epoch = out.epoch;
   reservations_[id] = std::move(reserved);
   return out;
+}
+
+absl::StatusOr<DecodeEngine::Reservation> DecodeEngine::FindReservation(
+    const std::string& request_id, uint64_t epoch) const {
+  absl::MutexLock lock(&reservations_mu_);
+  auto it = reservations_.find(request_id);
+  if (it == reservations_.end() || it->second->epoch != epoch) {
+    return absl::NotFoundError(absl::StrCat("no live reservation ", Name(request_id, epoch),
+                                            " (ended, aborted, or never made)"));
+  }
+  return Reservation{it->second->pages, it->second->lease_deadline, epoch};
 }
 
 absl::Status DecodeEngine::AttachWriter(const std::string& request_id, const Writer& writer) {

@@ -8,6 +8,7 @@
 #include "core/common/logging.h"
 #include "core/common/metrics.h"
 #include "core/common/status_macros.h"
+#include "kvtransfer/descriptor_seal.h"
 #include "kvtransfer/fingerprint.h"
 #include "rpc/cluster_security.h"
 #include "rpc/overload.h"
@@ -99,10 +100,18 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(
   // polls (every 10 ms) and the receiver's Notify() step the engine for them, without spinning.
   service->loop_ = std::make_unique<StepLoop>([self] { return !self->engine_->Idle(); },
                                               [self] { return self->StepOnce(); });
-  ESTUARY_ASSIGN_OR_RETURN(service->receiver_,
-                           kvtransfer::KvReceiver::Create(transport, service->engine_->mutable_pool(),
-                                                          service->fingerprint_));
+  ESTUARY_ASSIGN_OR_RETURN(
+      service->receiver_,
+      kvtransfer::KvReceiver::Create(transport, service->engine_->mutable_pool(),
+                                     service->fingerprint_,
+                                     kvtransfer::DescriptorSeal(options.descriptor_key)));
   kvtransfer::KvReceiverCallbacks callbacks;
+  callbacks.issued = [self](const std::string& request_id, uint64_t epoch)
+      -> absl::StatusOr<kvtransfer::IssuedReservation> {
+    ESTUARY_ASSIGN_OR_RETURN(DecodeEngine::Reservation r,
+                             self->engine_->FindReservation(request_id, epoch));
+    return kvtransfer::IssuedReservation{std::move(r.pages), r.lease_deadline};
+  };
   callbacks.on_attach = [self](const estuary::v1::KvAttach& attach, uint64_t writer) {
     return self->engine_->AttachWriter(attach.request_id(),
                                        {attach.reservation_epoch(), writer, false});

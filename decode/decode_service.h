@@ -4,7 +4,8 @@
 // the KV receiver that registers the engine's pool with the transport and turns the prefill
 // workers' completion messages into CompleteReservation calls.
 //
-// Reserve takes pages under a lease and answers with the transfer descriptor; Decode streams a
+// Reserve takes pages under a lease and answers with the transfer descriptor (sealed with the
+// cluster's key; a writer's attach must then hold exactly that descriptor); Decode streams a
 // request's tokens (a reserved one, or one prefilled here when `local_prefill` is set); Abort
 // ends a request wherever it is, at once (a reservation's pages come back once its writer
 // confirmed, or at lease + grace: kvtransfer/README.md "Fencing"); GetLoad reports the figures
@@ -47,6 +48,9 @@ struct DecodeServiceOptions {
   // Requests open at once (reserved, waiting, running): beyond, Reserve and a local-prefill
   // Decode answer RESOURCE_EXHAUSTED with a retry hint (WorkerProcessOptions).
   int max_requests_in_flight = 64 + 256;
+  // The key every transfer descriptor is sealed with (kvtransfer/descriptor_seal.h;
+  // worker::KvDescriptorKey); empty: descriptors go unsealed.
+  std::string descriptor_key;
 };
 
 class DecodeService final : public estuary::v1::DecodeWorker::Service {

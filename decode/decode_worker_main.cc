@@ -26,6 +26,7 @@
 #include "process/process_main.h"
 #include "rpc/cluster_flags.h"
 #include "worker/worker_flags.h"
+#include "worker/worker_process.h"
 
 // --river turns the exit river on; how it is built and when tokens exit: cli/river_flags.h.
 ABSL_FLAG(bool, river, false, "decode with the exit river (int4 copy of the layers)");
@@ -42,6 +43,7 @@ absl::Status Run() {
   DecodeServiceOptions options;
   options.model_id = process.model_id;
   options.max_requests_in_flight = process.max_requests_in_flight;
+  ESTUARY_ASSIGN_OR_RETURN(options.descriptor_key, worker::KvDescriptorKey());
   ESTUARY_ASSIGN_OR_RETURN(options.engine.kv_cache_bytes, worker::KvCacheBytesFromFlags(process));
   options.engine.gpu_memory_utilization = worker::GpuMemoryUtilizationFlag();
   options.engine.block_size = absl::GetFlag(FLAGS_block_size);

@@ -59,6 +59,7 @@ struct DecodeEngine::Sequence {
 // A sequence whose prompt KV is being pushed by a writer (a prefill worker).
 struct DecodeEngine::Reserved {
   std::unique_ptr<Sequence> sequence;
+  std::vector<int32_t> pages;  // as Reserve issued them (the descriptor's page ids); immutable
   absl::Time lease_deadline;
   uint64_t epoch = 0;
   uint64_t writer = 0;       // the attached writer's id; 0: none attached

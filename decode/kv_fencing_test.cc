@@ -10,7 +10,9 @@
 //    but is reported, and the new owner recomputes: still the golden ids;
 //  - an Abort (the router's) of a reservation with a writer ends the request at once and gives
 //    the pages back only on the writer's abort completion; without a writer, at once;
-//  - completions of other epochs, other writers, or out-of-range provenance are refused.
+//  - completions of other epochs, other writers, or out-of-range provenance are refused;
+//  - a writer holding a descriptor the engine's reservation was not described by is refused at
+//    its attach (the descriptor digest), before any put.
 // Figures are printed ("[figure]") for README's table.
 
 #include <algorithm>
@@ -27,7 +29,9 @@
 #include "core/model/paged_kv_view.h"
 #include "decode/decode_engine.h"
 #include "decode/engine_test_collector.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kvtransfer/descriptor_seal.h"
 #include "kvtransfer/fault_transport.h"
 #include "kvtransfer/fingerprint.h"
 #include "kvtransfer/inprocess_transport.h"
@@ -57,8 +61,17 @@ estuary::v1::KvFormatFingerprint Fingerprint(const LlamaConfig& c, int block_siz
   return kv::MakeFingerprint(kModelId, c.n_layers, c.n_kv_heads, c.head_dim, block_size);
 }
 
-// The decode worker: the engine and its receiver, wired as DecodeService wires them (writers
-// attach through AttachWriter; completions end or complete reservations).
+// The key both workers seal and verify descriptors with (workers derive theirs from the
+// cluster token).
+const kv::DescriptorSeal& Seal() {
+  static const kv::DescriptorSeal* const seal =
+      new kv::DescriptorSeal("kv-fencing-test key of 32 bytes!");
+  return *seal;
+}
+
+// The decode worker: the engine and its receiver, wired as DecodeService wires them (attaches
+// checked against what the engine reserved, writers attach through AttachWriter; completions end
+// or complete reservations).
 struct DecodeSide {
   explicit DecodeSide(const LlamaModel& model) {
     DecodeEngineOptions options;
@@ -69,10 +82,16 @@ struct DecodeSide {
     engine = std::move(*e);
     transport = kv::InProcessTransport::Create();
     auto r = kv::KvReceiver::Create(*transport, engine->mutable_pool(),
-                                    Fingerprint(model.config(), options.block_size));
+                                    Fingerprint(model.config(), options.block_size), Seal());
     EXPECT_TRUE(r.ok()) << r.status();
     receiver = std::move(*r);
     kv::KvReceiverCallbacks callbacks;
+    callbacks.issued = [this](const std::string& id,
+                              uint64_t epoch) -> absl::StatusOr<kv::IssuedReservation> {
+      absl::StatusOr<DecodeEngine::Reservation> r = engine->FindReservation(id, epoch);
+      if (!r.ok()) return r.status();
+      return kv::IssuedReservation{r->pages, r->lease_deadline};
+    };
     callbacks.on_attach = [this](const estuary::v1::KvAttach& a, uint64_t writer) {
       return engine->AttachWriter(a.request_id(), {a.reservation_epoch(), writer});
     };
@@ -171,7 +190,7 @@ struct PrefillSide {
   }
   absl::StatusOr<std::unique_ptr<kv::KvPusher>> Pusher(
       const estuary::v1::TransferDescriptor& d) {
-    return kv::KvPusher::Create(transport, cache, replies, *pool, d,
+    return kv::KvPusher::Create(transport, cache, replies, *pool, d, Seal(),
                                 Fingerprint(config, pool->layout().block_size), prompt_len,
                                 absl::Now() + absl::Seconds(10));
   }
@@ -389,6 +408,33 @@ TEST_F(KvFencingTest, AnAbortBeforeAnyWriterReturnsThePagesAtOnceAndRefusesTheWr
   const absl::Status refused = a_side.Push(**pusher, 0, 1);
   EXPECT_EQ(refused.code(), absl::StatusCode::kNotFound) << refused;
   EXPECT_EQ((*pusher)->puts(), 0);
+}
+
+// A writer whose descriptor differs from the one the engine's reservation was described by
+// (its pages, regions or lease; here sealed again with the cluster's key, as a worker with a bug
+// or a peer holding the key could) is refused at its attach: no put is posted, the reservation
+// stays open for its real writer, and the pages of the other reservation are untouched.
+TEST_F(KvFencingTest, AWriterHoldingADescriptorTheEngineDidNotIssueIsRefused) {
+  DecodeSide decode(*model_);
+  PrefillSide side(*model_, decode.engine->pool().layout(), golden_.prompt_ids);
+  DecodeEngine::Reservation other;
+  (void)decode.Reserve("other", golden_.prompt_ids, absl::Seconds(30), &other);
+  const uint64_t before = decode.Checksum(other.pages);
+  estuary::v1::TransferDescriptor d = decode.Reserve("A", golden_.prompt_ids, absl::Seconds(30));
+  // A's descriptor pointed at the other reservation's pages.
+  for (int i = 0; i < d.page_ids_size() && i < static_cast<int>(other.pages.size()); ++i) {
+    d.set_page_ids(i, other.pages[static_cast<size_t>(i)]);
+  }
+  Seal().Seal(&d);
+  auto pusher = side.Pusher(d);
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  const absl::Status refused = side.Push(**pusher, 0, 1);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("did not issue"));
+  EXPECT_EQ((*pusher)->puts(), 0);
+  EXPECT_EQ(decode.Checksum(other.pages), before);
+  EXPECT_EQ(decode.engine->reserved(), 2);  // A still waits for a writer with its descriptor
+  (void)(*pusher)->Abort(refused);
 }
 
 // What a writer says is checked against the engine's own reservation: the epoch (a reused

@@ -15,9 +15,9 @@
 //      received / framed with "EKR1".
 // What decodes must hold what the decoders promise (a completion: an id, a token count >= 0, a
 // status code in range, a nonzero epoch, one provenance byte per token when OK; an attach and a
-// reply: bounded ids and addresses, a nonzero epoch; each re-encodes to a message that decodes
-// the same; a descriptor: every described page lies inside every rank's layer region, and the
-// re-sharding plan exists). Seeds: fuzz/corpus/kv_control/ (fuzz/make_seeds.py).
+// reply: bounded ids and addresses, a nonzero epoch, an attach's descriptor digest of
+// kKvAttachDigestBytes; each re-encodes to a message that decodes the same; a descriptor: every
+// described page lies inside every rank's layer region, and the re-sharding plan exists). Seeds: fuzz/corpus/kv_control/ (fuzz/make_seeds.py).
 // Run (see fuzz/CMakeLists.txt for the build):
 //   ./build-fuzz/fuzz/kv_control_fuzzer -max_total_time=60 fuzz/corpus/kv_control
 
@@ -58,7 +58,8 @@ void CheckAttach(std::string_view payload) {
   if (!a.ok()) return;
   if (a->request_id().empty() || a->request_id().size() > kv::kMaxKvRequestIdBytes ||
       a->reservation_epoch() == 0 || a->writer_address().empty() ||
-      a->writer_address().size() > kv::kMaxKvWriterAddressBytes) {
+      a->writer_address().size() > kv::kMaxKvWriterAddressBytes ||
+      a->descriptor_digest().size() != kv::kKvAttachDigestBytes) {
     __builtin_trap();
   }
   auto again = kv::DecodeKvAttach(kv::EncodeKvAttach(*a));

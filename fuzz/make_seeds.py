@@ -94,9 +94,13 @@ def kv_control():
                         f'top {{ token_id: 2147483647 logprob: -1e30 }} }} {EPOCH}'))
     write("kv_control", "body_zero_epoch", b"\x01" + encode(
         "KvCompletion", 'request_id: "x" num_tokens: 0'))
-    attach = encode("KvAttach", f'request_id: "req-1" {EPOCH} writer_address: "prefill-address"')
+    digest = "\\" + "\\".join(f"{b:03o}" for b in range(32))  # a SHA-256's 32 bytes
+    attach = encode("KvAttach", f'request_id: "req-1" {EPOCH} writer_address: "prefill-address" '
+                                f'descriptor_digest: "{digest}"')
     write("kv_control", "attach_ok", b"\x03" + completion_frame(attach, b"EKA1"))
     write("kv_control", "attach_body", b"\x04" + attach)
+    write("kv_control", "attach_short_digest", b"\x04" + encode(
+        "KvAttach", f'request_id: "req-1" {EPOCH} writer_address: "w" descriptor_digest: "abc"'))
     write("kv_control", "attach_huge_address", b"\x04" + encode(
         "KvAttach", f'request_id: "req-1" {EPOCH} writer_address: "{"a" * 5000}"'))
     reply = encode("KvAttachReply", f'request_id: "req-1" {EPOCH} status_code: 0')

@@ -27,6 +27,10 @@ absl::Status CheckTransferDescriptor(const estuary::v1::TransferDescriptor& desc
                std::string(transport_kind), "'");
   }
   if (descriptor.worker_address().empty()) return bad("empty worker_address");
+  if (descriptor.worker_address().size() > kMaxDescriptorAddressBytes) {
+    return bad("worker_address of ", descriptor.worker_address().size(), " bytes (at most ",
+               kMaxDescriptorAddressBytes, ")");
+  }
   if (descriptor.reservation_epoch() == 0) return bad("no reservation_epoch");
   if (descriptor.lease_deadline_unix_ms() <= 0) return bad("no lease_deadline_unix_ms");
   const int dst_tp = descriptor.tp_size();
@@ -72,14 +76,26 @@ absl::Status CheckTransferDescriptor(const estuary::v1::TransferDescriptor& desc
   for (int r = 0; r < dst_tp; ++r) {
     const estuary::v1::KvRankRegions& rank = descriptor.ranks(r);
     if (rank.tp_rank() != r) return bad("ranks[", r, "].tp_rank=", rank.tp_rank());
+    if (rank.worker_address().size() > kMaxDescriptorAddressBytes) {
+      return bad("ranks[", r, "].worker_address of ", rank.worker_address().size(),
+                 " bytes (at most ", kMaxDescriptorAddressBytes, ")");
+    }
     if (rank.layers_size() != local.n_layers()) {
       return bad("ranks[", r, "] has ", rank.layers_size(), " layer regions, want ",
                  local.n_layers());
     }
     for (int l = 0; l < local.n_layers(); ++l) {
-      if (static_cast<int64_t>(rank.layers(l).bytes()) < (max_page + 1) * dst_page_bytes) {
-        return bad("ranks[", r, "].layers[", l, "] has ", rank.layers(l).bytes(),
+      const estuary::v1::KvRemoteRegion& region = rank.layers(l);
+      if (static_cast<int64_t>(region.bytes()) < (max_page + 1) * dst_page_bytes) {
+        return bad("ranks[", r, "].layers[", l, "] has ", region.bytes(),
                    " bytes, too few for page ", max_page);
+      }
+      if (region.base_address() > UINT64_MAX - region.bytes()) {
+        return bad("ranks[", r, "].layers[", l, "] wraps around the address space");
+      }
+      if (region.rkey().empty() || region.rkey().size() > kMaxDescriptorRkeyBytes) {
+        return bad("ranks[", r, "].layers[", l, "] has an rkey of ", region.rkey().size(),
+                   " bytes (1 to ", kMaxDescriptorRkeyBytes, ")");
       }
     }
   }

@@ -132,6 +132,11 @@ absl::StatusOr<estuary::v1::KvAttach> DecodeKvAttach(std::string_view payload) {
         "KV attach for ", a.request_id(), ": writer address of ", a.writer_address().size(),
         " bytes (1 to ", kMaxKvWriterAddressBytes, ")"));
   }
+  if (a.descriptor_digest().size() != kKvAttachDigestBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV attach for ", a.request_id(), ": descriptor digest of ",
+        a.descriptor_digest().size(), " bytes (want ", kKvAttachDigestBytes, ")"));
+  }
   return a;
 }
 

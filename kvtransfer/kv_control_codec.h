@@ -29,6 +29,8 @@ inline constexpr size_t kMaxKvRequestIdBytes = 256;
 inline constexpr size_t kMaxKvStatusMessageBytes = 1024;
 inline constexpr size_t kMaxKvWriterAddressBytes = 4096;
 inline constexpr int32_t kMaxKvPromptTokens = 1 << 20;
+// KvAttach.descriptor_digest: a SHA-256 (descriptor_seal.h).
+inline constexpr size_t kKvAttachDigestBytes = 32;
 
 // Which control message a payload is, by its magic (no other check).
 enum class KvControlKind { kUnknown, kCompletion, kAttach, kAttachReply };
@@ -40,7 +42,8 @@ KvControlKind PeekKvControlKind(std::string_view payload);
 std::string EncodeKvCompletion(const estuary::v1::KvCompletion& completion);
 absl::StatusOr<estuary::v1::KvCompletion> DecodeKvCompletion(std::string_view payload);
 
-// KvAttach. Decode also requires: a request id, a nonzero epoch, a writer address.
+// KvAttach. Decode also requires: a request id, a nonzero epoch, a writer address, a descriptor
+// digest of kKvAttachDigestBytes.
 std::string EncodeKvAttach(const estuary::v1::KvAttach& attach);
 absl::StatusOr<estuary::v1::KvAttach> DecodeKvAttach(std::string_view payload);
 

@@ -2,11 +2,15 @@
 // (decode pool, dst TP), byte-exact after head re-sharding, plus fingerprint / descriptor checks,
 // the control codec's bounds, faults (dropped, delayed, corrupted completions; an endpoint
 // failing mid-push; a dead peer) and the writer's fencing (README "Fencing": no put before the
-// attach was accepted, none after the write deadline, a stalled put reported late).
+// attach was accepted, none after the write deadline, a stalled put reported late) and sealed
+// descriptors (README "Sealed descriptors": a missing, wrong or stale seal refused before any
+// connect; without a key, an altered descriptor's attach refused by the decode side).
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <optional>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,7 +20,10 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "kvtransfer/descriptor_check.h"
+#include "kvtransfer/descriptor_seal.h"
 #include "kvtransfer/fault_transport.h"
 #include "kvtransfer/kv_control_codec.h"
 #include "kvtransfer/fingerprint.h"
@@ -179,12 +186,22 @@ std::vector<uint8_t> Provenance() {
   return p;
 }
 
+// The cluster's descriptor key in these tests (a worker derives its own from the cluster token).
+const DescriptorSeal& TestSeal() {
+  static const DescriptorSeal* const seal = new DescriptorSeal("kv-push-test key, 32 bytes long!");
+  return *seal;
+}
+
 // The two workers: a prefill pool (src_tp shards) and a decode pool (dst_tp shards) with a
-// receiver on `decode_transport`, which lets every writer attach except to requests in `refuse`.
-// One World per prefill transport at a time (its AttachReplies reads that transport's inbox).
+// receiver on `decode_transport`, which lets every writer attach except to requests in `refuse`
+// (and, as a decode worker does, only with the digest of a descriptor it issued). Descriptors
+// are sealed with `seal` (TestSeal(), or DescriptorSeal::None()). One World per prefill transport
+// at a time (its AttachReplies reads that transport's inbox).
 struct World {
-  World(Transport& prefill_transport, Transport& decode_transport, int src_tp, int dst_tp)
-      : prefill(MakePool(src_tp, 8)),
+  World(Transport& prefill_transport, Transport& decode_transport, int src_tp, int dst_tp,
+        DescriptorSeal descriptor_seal = TestSeal())
+      : seal(std::move(descriptor_seal)),
+        prefill(MakePool(src_tp, 8)),
         decode(MakePool(dst_tp, 8)),
         cache(prefill_transport),
         replies(prefill_transport) {
@@ -195,10 +212,17 @@ struct World {
     FillAll(*prefill, kSrcJunk);
     FillSource(*prefill, local_pages);
     FillAll(*decode, kDstFill);
-    auto r = KvReceiver::Create(decode_transport, *decode, Fingerprint());
+    auto r = KvReceiver::Create(decode_transport, *decode, Fingerprint(), seal);
     EXPECT_TRUE(r.ok()) << r.status();
     receiver = std::move(*r);
     KvReceiverCallbacks callbacks;
+    callbacks.issued = [this](const std::string& id,
+                              uint64_t epoch) -> absl::StatusOr<IssuedReservation> {
+      absl::MutexLock lock(&mu);
+      auto it = issued.find({id, epoch});
+      if (it == issued.end()) return absl::NotFoundError("no such reservation");
+      return it->second;
+    };
     callbacks.on_attach = [this](const estuary::v1::KvAttach& a, uint64_t writer) {
       absl::MutexLock lock(&mu);
       if (refuse.contains(a.request_id())) return absl::FailedPreconditionError("refused");
@@ -212,16 +236,25 @@ struct World {
 
   estuary::v1::TransferDescriptor Describe(const std::string& request_id,
                                            absl::Duration lease = absl::Seconds(30)) {
-    return receiver->Describe(request_id, remote_pages, In(lease), ++epochs);
+    const absl::Time lease_deadline = In(lease);
+    absl::MutexLock lock(&mu);
+    issued[{request_id, ++epochs}] = IssuedReservation{remote_pages, lease_deadline};
+    return receiver->Describe(request_id, remote_pages, lease_deadline, epochs);
   }
   absl::StatusOr<std::unique_ptr<KvPusher>> Pusher(Transport& prefill_transport,
                                                    const std::string& request_id,
                                                    absl::Duration timeout = absl::Seconds(10),
                                                    absl::Duration lease = absl::Seconds(30)) {
-    return KvPusher::Create(prefill_transport, cache, replies, *prefill,
-                            Describe(request_id, lease), Fingerprint(), kPrompt, In(timeout));
+    return Pusher(prefill_transport, Describe(request_id, lease), timeout);
+  }
+  absl::StatusOr<std::unique_ptr<KvPusher>> Pusher(
+      Transport& prefill_transport, const estuary::v1::TransferDescriptor& descriptor,
+      absl::Duration timeout = absl::Seconds(10)) {
+    return KvPusher::Create(prefill_transport, cache, replies, *prefill, descriptor, seal,
+                            Fingerprint(), kPrompt, In(timeout));
   }
 
+  const DescriptorSeal seal;
   std::unique_ptr<KvPool> prefill, decode;
   std::vector<int32_t> local_pages, remote_pages;
   EndpointCache cache;
@@ -229,7 +262,10 @@ struct World {
   Inbox inbox;
   absl::Mutex mu;
   absl::flat_hash_set<std::string> refuse ABSL_GUARDED_BY(mu);
-  uint64_t epochs = 0;
+  // What Describe issued, by (request id, epoch).
+  absl::flat_hash_map<std::pair<std::string, uint64_t>, IssuedReservation> issued
+      ABSL_GUARDED_BY(mu);
+  uint64_t epochs ABSL_GUARDED_BY(mu) = 0;
   std::unique_ptr<KvReceiver> receiver;  // last: stops before the rest goes
 };
 
@@ -341,7 +377,8 @@ TEST(KvPushTest, FingerprintMismatchIsRefusedNamingBoth) {
   auto decode = InProcessTransport::Create();
   World w(*prefill, *decode, 1, 1);
   auto pusher = KvPusher::Create(*prefill, w.cache, w.replies, *w.prefill, w.Describe("r"),
-                                 Fingerprint("other-model"), kPrompt, In(absl::Seconds(5)));
+                                 w.seal, Fingerprint("other-model"), kPrompt,
+                                 In(absl::Seconds(5)));
   ASSERT_FALSE(pusher.ok());
   EXPECT_EQ(pusher.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(pusher.status().message(), HasSubstr("model=other-model"));
@@ -354,12 +391,16 @@ TEST(KvPushTest, BadDescriptorsAreRefused) {
   auto decode = InProcessTransport::Create();
   World w(*prefill, *decode, 2, 1);
   const auto good = w.Describe("r");
-  auto create = [&](const estuary::v1::TransferDescriptor& d, int tokens = kPrompt) {
-    return KvPusher::Create(*prefill, w.cache, w.replies, *w.prefill, d, Fingerprint(), tokens,
-                            In(absl::Seconds(5)))
+  // Each bad descriptor sealed again: what the checks behind the seal refuse (a decode worker's
+  // own mistakes, or one with the key).
+  auto create = [&](estuary::v1::TransferDescriptor d, int tokens = kPrompt) {
+    w.seal.Seal(&d);
+    return KvPusher::Create(*prefill, w.cache, w.replies, *w.prefill, d, w.seal, Fingerprint(),
+                            tokens, In(absl::Seconds(5)))
         .status();
   };
   ASSERT_TRUE(create(good).ok());
+  const int64_t connects = w.cache.connects();
   auto d = good;
   d.mutable_layout()->set_block_size(8);
   EXPECT_THAT(create(d).message(), HasSubstr("block_size"));
@@ -392,9 +433,26 @@ TEST(KvPushTest, BadDescriptorsAreRefused) {
   d = good;  // a lease that ends within the writer's skew margin: nothing may be written
   d.set_lease_deadline_unix_ms(absl::ToUnixMillis(In(KvPusher::kLeaseSkewMargin / 2)));
   EXPECT_EQ(create(d).code(), absl::StatusCode::kDeadlineExceeded);
+  // What reaches the transport is bounded: addresses, rkeys, regions that wrap around.
+  d = good;
+  d.set_worker_address(std::string(kMaxDescriptorAddressBytes + 1, 'a'));
+  EXPECT_THAT(create(d).message(), HasSubstr("worker_address of 4097 bytes"));
+  d = good;
+  d.mutable_ranks(0)->set_worker_address(std::string(kMaxDescriptorAddressBytes + 1, 'a'));
+  EXPECT_THAT(create(d).message(), HasSubstr("ranks[0].worker_address of 4097 bytes"));
+  d = good;
+  d.mutable_ranks(0)->mutable_layers(1)->set_rkey(std::string(kMaxDescriptorRkeyBytes + 1, 'k'));
+  EXPECT_THAT(create(d).message(), HasSubstr("rkey of 4097 bytes"));
+  d = good;
+  d.mutable_ranks(0)->mutable_layers(1)->clear_rkey();
+  EXPECT_THAT(create(d).message(), HasSubstr("rkey of 0 bytes"));
+  d = good;
+  d.mutable_ranks(0)->mutable_layers(2)->set_base_address(~uint64_t{0} - 100);
+  EXPECT_THAT(create(d).message(), HasSubstr("wraps around"));
+  EXPECT_EQ(w.cache.connects(), connects);  // none of them connected
   // Bad PushLayer arguments.
-  auto pusher = KvPusher::Create(*prefill, w.cache, w.replies, *w.prefill, good, Fingerprint(),
-                                 kPrompt, In(absl::Seconds(5)));
+  auto pusher = KvPusher::Create(*prefill, w.cache, w.replies, *w.prefill, good, w.seal,
+                                 Fingerprint(), kPrompt, In(absl::Seconds(5)));
   ASSERT_TRUE(pusher.ok());
   auto pages = absl::MakeConstSpan(w.local_pages);
   EXPECT_EQ((*pusher)->PushLayer(2, 0, 0, 16, pages.subspan(0, 1), 0).code(),
@@ -461,6 +519,7 @@ TEST(KvPushTest, AttachCodecsBoundEveryField) {
   a.set_request_id("req");
   a.set_reservation_epoch(0x1234);
   a.set_writer_address("writer");
+  a.set_descriptor_digest(std::string(kKvAttachDigestBytes, 'd'));
   const std::string wire = EncodeKvAttach(a);
   EXPECT_EQ(PeekKvControlKind(wire), KvControlKind::kAttach);
   auto back = DecodeKvAttach(wire);
@@ -478,6 +537,11 @@ TEST(KvPushTest, AttachCodecsBoundEveryField) {
   bad = a;
   bad.clear_request_id();
   EXPECT_FALSE(DecodeKvAttach(EncodeKvAttach(bad)).ok());
+  bad = a;
+  bad.clear_descriptor_digest();
+  EXPECT_FALSE(DecodeKvAttach(EncodeKvAttach(bad)).ok());
+  bad.set_descriptor_digest(std::string(kKvAttachDigestBytes + 1, 'd'));
+  EXPECT_FALSE(DecodeKvAttach(EncodeKvAttach(bad)).ok());
 
   estuary::v1::KvAttachReply r;
   r.set_request_id("req");
@@ -490,6 +554,93 @@ TEST(KvPushTest, AttachCodecsBoundEveryField) {
   r.set_status_code(-1);
   EXPECT_FALSE(DecodeKvAttachReply(EncodeKvAttachReply(r)).ok());
   EXPECT_EQ(PeekKvControlKind("EKX1 and more"), KvControlKind::kUnknown);
+}
+
+// --- Sealed descriptors (README "Sealed descriptors") ----------------------------------------
+
+// Every float of every region of `pool` still kDstFill.
+bool Untouched(const KvPool& pool) {
+  for (int s = 0; s < pool.num_shards(); ++s) {
+    for (int l = 0; l < kLayers; ++l) {
+      const KvRegion r = pool.layer_region(l, s);
+      const float* f = static_cast<const float*>(r.data);
+      if (!std::all_of(f, f + r.bytes / sizeof(float), [](float v) { return v == kDstFill; })) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Nothing of a descriptor without its decode worker's seal is used: not even a connect.
+TEST(KvPushSealTest, AMissingWrongOrStaleSealIsRefusedBeforeAnyConnect) {
+  auto prefill = InProcessTransport::Create();
+  auto decode = InProcessTransport::Create();
+  World w(*prefill, *decode, 1, 1);
+  const estuary::v1::TransferDescriptor good = w.Describe("r");
+  auto create = [&](const estuary::v1::TransferDescriptor& d) {
+    return w.Pusher(*prefill, d).status();
+  };
+  auto d = good;
+  d.clear_seal();
+  absl::Status s = create(d);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  EXPECT_THAT(s.message(), HasSubstr("'r' carries no seal"));
+  d = good;
+  DescriptorSeal("another cluster's key, 32 bytes!").Seal(&d);
+  s = create(d);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  EXPECT_THAT(s.message(), HasSubstr("does not match"));
+  d = good;  // a region moved by one page, the seal kept: what corrupted the decode worker
+  d.mutable_ranks(0)->mutable_layers(1)->set_base_address(
+      d.ranks(0).layers(1).base_address() + w.decode->layout().page_bytes());
+  EXPECT_EQ(create(d).code(), absl::StatusCode::kUnauthenticated);
+  d = good;  // a corrupted worker address (what aborted the prefill worker inside UCX)
+  d.mutable_worker_address()->back() ^= 0x10;
+  EXPECT_EQ(create(d).code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(w.cache.connects(), 0);
+  EXPECT_TRUE(create(good).ok());
+  EXPECT_EQ(w.cache.connects(), 1);
+}
+
+// Without a key (a cluster without a token) nothing checks the seal, but the decode side still
+// refuses the attach of a writer holding a descriptor it did not issue: not one put is posted.
+TEST(KvPushSealTest, WithoutAKeyTheDecodeSideRefusesAWriterHoldingAnAlteredDescriptor) {
+  auto prefill = InProcessTransport::Create();
+  auto decode = InProcessTransport::Create();
+  World w(*prefill, *decode, 1, 1, DescriptorSeal::None());
+  const int64_t page_bytes = w.decode->layout().page_bytes();
+  const std::vector<
+      std::pair<const char*, std::function<void(estuary::v1::TransferDescriptor&)>>>
+      alterations = {
+          {"pages swapped", [](auto& d) { d.mutable_page_ids()->SwapElements(0, 1); }},
+          {"a page it did not reserve", [](auto& d) { d.set_page_ids(2, 6); }},
+          {"a region moved by a page",
+           [page_bytes](auto& d) {
+             auto* layer = d.mutable_ranks(0)->mutable_layers(0);
+             layer->set_base_address(layer->base_address() + page_bytes);
+           }},
+          {"a longer lease",
+           [](auto& d) { d.set_lease_deadline_unix_ms(d.lease_deadline_unix_ms() + 60000); }},
+      };
+  for (const auto& [what, alter] : alterations) {
+    SCOPED_TRACE(what);
+    estuary::v1::TransferDescriptor d = w.Describe(absl::StrCat("altered: ", what));
+    EXPECT_TRUE(d.seal().empty());
+    alter(d);
+    auto pusher = w.Pusher(*prefill, d);
+    ASSERT_TRUE(pusher.ok()) << pusher.status();  // in bounds, and nothing checks a seal
+    const absl::Status s = PushPrompt(**pusher, 1, w.local_pages, 16);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), HasSubstr("did not issue"));
+    EXPECT_EQ((*pusher)->puts(), 0);
+    (void)(*pusher)->Abort(s);
+  }
+  EXPECT_TRUE(Untouched(*w.decode));
+  // The descriptor as issued is taken.
+  auto pusher = w.Pusher(*prefill, "as issued");
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  EXPECT_TRUE(PushPrompt(**pusher, 1, w.local_pages, 16).ok());
 }
 
 // --- Fencing: the writer's side -------------------------------------------------------------

@@ -6,11 +6,14 @@
 #include "absl/strings/string_view.h"
 #include "core/common/status_macros.h"
 #include "kvtransfer/descriptor_check.h"
+#include "kvtransfer/descriptor_seal.h"
 #include "kvtransfer/fingerprint.h"
 #include "kvtransfer/kv_control_codec.h"
 
 namespace estuary::kvtransfer {
 namespace {
+
+static_assert(kDescriptorDigestBytes == kKvAttachDigestBytes);
 
 constexpr size_t kMaxStatusMessage = 1024;
 
@@ -50,8 +53,8 @@ KvPusher::~KvPusher() {
 absl::StatusOr<std::unique_ptr<KvPusher>> KvPusher::Create(
     Transport& transport, EndpointCache& endpoints, AttachReplies& attach_replies,
     const KvPool& local_pool, const estuary::v1::TransferDescriptor& descriptor,
-    const estuary::v1::KvFormatFingerprint& local_fingerprint, int num_prompt_tokens,
-    absl::Time deadline) {
+    const DescriptorSeal& seal, const estuary::v1::KvFormatFingerprint& local_fingerprint,
+    int num_prompt_tokens, absl::Time deadline) {
   // 1. The local pool is what the local fingerprint says.
   const KvLayout& local = local_pool.layout();
   const estuary::v1::KvLayoutSpec& whole = local_fingerprint.layout();
@@ -66,9 +69,11 @@ absl::StatusOr<std::unique_ptr<KvPusher>> KvPusher::Create(
         ") does not match the local fingerprint <", FingerprintString(local_fingerprint), ">"));
   }
 
-  // 2. The descriptor (descriptor_check.h: the fingerprints, the layout, the reservation's epoch
-  // and lease, distinct page ids inside every region), then the write deadline: the lease less
-  // the clocks' skew margin.
+  // 2. The descriptor is the one a decode worker issued (descriptor_seal.h), then it fits
+  // (descriptor_check.h: the fingerprints, the layout, the reservation's epoch and lease,
+  // distinct page ids inside every region, addresses and rkeys of bounded size), then the write
+  // deadline: the lease less the clocks' skew margin.
+  ESTUARY_RETURN_IF_ERROR(seal.Verify(descriptor));
   ESTUARY_RETURN_IF_ERROR(CheckTransferDescriptor(descriptor, local_fingerprint, transport.kind(),
                                                   num_prompt_tokens));
   const std::string& id = descriptor.request_id();
@@ -125,6 +130,7 @@ absl::StatusOr<std::unique_ptr<KvPusher>> KvPusher::Create(
   p->attach_.set_request_id(id);
   p->attach_.set_reservation_epoch(descriptor.reservation_epoch());
   p->attach_.set_writer_address(transport.Address());
+  p->attach_.set_descriptor_digest(DescriptorDigest(descriptor));
   attach_replies.Expect(id, descriptor.reservation_epoch());
   if (absl::Status sent = p->Send(EncodeKvAttach(p->attach_), p->deadline_, 1); !sent.ok()) {
     attach_replies.Forget(id, descriptor.reservation_epoch());

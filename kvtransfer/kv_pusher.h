@@ -15,6 +15,9 @@
 // head, K slots [a, b) and V slots [a, b)), so two chunks sharing a page write disjoint bytes and
 // the transport needs no ordering between them.
 //
+// Trust (README "Sealed descriptors"): Create() uses nothing of a descriptor whose seal does not
+// verify, and bounds what it hands the transport (descriptor_check.h).
+//
 // Fencing (README "Fencing"): Create() attaches the writer to the reservation (a KvAttach; the
 // decode worker's answer comes through AttachReplies) and no put is posted before the decode
 // worker said yes. The writer stops at the reservation's lease less kLeaseSkewMargin (its "write
@@ -57,6 +60,7 @@
 #include "core/kvcache/kv_pool.h"
 #include "estuary/v1/kv_transfer.pb.h"
 #include "kvtransfer/attach_replies.h"
+#include "kvtransfer/descriptor_seal.h"
 #include "kvtransfer/endpoint_cache.h"
 #include "kvtransfer/reshard.h"
 #include "kvtransfer/transport.h"
@@ -72,20 +76,23 @@ class KvPusher {
   // How long the writer waits for the attach answer before it sends the attach again.
   static constexpr absl::Duration kAttachResend = absl::Milliseconds(500);
 
-  // Checks the local pool against the local fingerprint (INVALID_ARGUMENT), then the descriptor
+  // Checks the local pool against the local fingerprint (INVALID_ARGUMENT), then the descriptor's
+  // seal with `seal` (descriptor_seal.h: UNAUTHENTICATED when it is missing or does not match;
+  // nothing of the descriptor is used before), then the descriptor
   // with CheckTransferDescriptor (descriptor_check.h: the fingerprints, FAILED_PRECONDITION naming
   // both; transport kind, per-rank layout == whole-model heads / tp_size, layers, head_dim, block
   // size, dtype, one region per layer per rank, enough distinct page ids for
   // `num_prompt_tokens`, page ids inside the regions, a reservation epoch, a lease:
   // INVALID_ARGUMENT naming the field); DEADLINE_EXCEEDED when the write deadline has passed.
   // Then connects (UNAVAILABLE / DEADLINE_EXCEEDED), imports the remote regions, plans the
-  // re-sharding and sends the attach (its answer is awaited by the first PushLayer or Complete).
-  // `deadline` bounds every later wait.
+  // re-sharding and sends the attach, with the descriptor's digest (its answer is awaited by the
+  // first PushLayer or Complete; the decode worker refuses it unless the descriptor is the one it
+  // issued). `deadline` bounds every later wait.
   static absl::StatusOr<std::unique_ptr<KvPusher>> Create(
       Transport& transport, EndpointCache& endpoints, AttachReplies& attach_replies,
       const KvPool& local_pool, const estuary::v1::TransferDescriptor& descriptor,
-      const estuary::v1::KvFormatFingerprint& local_fingerprint, int num_prompt_tokens,
-      absl::Time deadline);
+      const DescriptorSeal& seal, const estuary::v1::KvFormatFingerprint& local_fingerprint,
+      int num_prompt_tokens, absl::Time deadline);
   ~KvPusher();
   KvPusher(const KvPusher&) = delete;
   KvPusher& operator=(const KvPusher&) = delete;

@@ -10,7 +10,8 @@
 namespace estuary::kvtransfer {
 
 absl::StatusOr<std::unique_ptr<KvReceiver>> KvReceiver::Create(
-    Transport& transport, KvPool& pool, estuary::v1::KvFormatFingerprint fingerprint) {
+    Transport& transport, KvPool& pool, estuary::v1::KvFormatFingerprint fingerprint,
+    DescriptorSeal seal) {
   const KvLayout& layout = pool.layout();
   const estuary::v1::KvLayoutSpec& f = fingerprint.layout();
   if (f.n_layers() != layout.n_layers || f.head_dim() != layout.head_dim ||
@@ -21,7 +22,8 @@ absl::StatusOr<std::unique_ptr<KvReceiver>> KvReceiver::Create(
         layout.n_layers, " kv_heads=", layout.n_kv_heads, "x", pool.num_shards(),
         " shards head_dim=", layout.head_dim, " block=", layout.block_size, " dtype=f32)"));
   }
-  std::unique_ptr<KvReceiver> r(new KvReceiver(transport, pool, std::move(fingerprint)));
+  std::unique_ptr<KvReceiver> r(
+      new KvReceiver(transport, pool, std::move(fingerprint), std::move(seal)));
   r->regions_.resize(static_cast<size_t>(pool.num_shards()));
   for (int shard = 0; shard < pool.num_shards(); ++shard) {
     for (int layer = 0; layer < layout.n_layers; ++layer) {
@@ -35,15 +37,25 @@ absl::StatusOr<std::unique_ptr<KvReceiver>> KvReceiver::Create(
 }
 
 KvReceiver::KvReceiver(Transport& transport, KvPool& pool,
-                       estuary::v1::KvFormatFingerprint fingerprint)
+                       estuary::v1::KvFormatFingerprint fingerprint, DescriptorSeal seal)
     : transport_(transport),
       pool_(pool),
       fingerprint_(std::move(fingerprint)),
+      seal_(std::move(seal)),
       writers_(transport) {}
 
 KvReceiver::~KvReceiver() { Stop(); }
 
 estuary::v1::TransferDescriptor KvReceiver::Describe(const std::string& request_id,
+                                                     absl::Span<const int32_t> pages,
+                                                     absl::Time lease_deadline,
+                                                     uint64_t epoch) const {
+  estuary::v1::TransferDescriptor d = Unsealed(request_id, pages, lease_deadline, epoch);
+  seal_.Seal(&d);
+  return d;
+}
+
+estuary::v1::TransferDescriptor KvReceiver::Unsealed(const std::string& request_id,
                                                      absl::Span<const int32_t> pages,
                                                      absl::Time lease_deadline,
                                                      uint64_t epoch) const {
@@ -139,12 +151,34 @@ void KvReceiver::Loop(const KvReceiverCallbacks& callbacks) {
   }
 }
 
+absl::Status KvReceiver::CheckIssued(const estuary::v1::KvAttach& attach,
+                                     const KvReceiverCallbacks& callbacks) const {
+  if (!callbacks.issued) {
+    return absl::UnimplementedError("this receiver cannot tell which descriptors it issued");
+  }
+  ESTUARY_ASSIGN_OR_RETURN(const IssuedReservation issued,
+                           callbacks.issued(attach.request_id(), attach.reservation_epoch()));
+  const std::string digest = DescriptorDigest(
+      Unsealed(attach.request_id(), issued.pages, issued.lease_deadline,
+               attach.reservation_epoch()));
+  if (digest.empty() || attach.descriptor_digest() != digest) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the attach for reservation '", attach.request_id(), "' (epoch ",
+        absl::Hex(attach.reservation_epoch()),
+        ") holds a transfer descriptor this decode worker did not issue (its pages, lease, "
+        "regions or addresses differ): no put may follow"));
+  }
+  return absl::OkStatus();
+}
+
 void KvReceiver::HandleAttach(const estuary::v1::KvAttach& attach, uint64_t sender,
                               const KvReceiverCallbacks& callbacks) {
   attaches_.fetch_add(1);
-  const absl::Status verdict = callbacks.on_attach
-                                   ? callbacks.on_attach(attach, sender)
-                                   : absl::UnimplementedError("this receiver takes no writers");
+  absl::Status verdict = CheckIssued(attach, callbacks);
+  if (verdict.ok()) {
+    verdict = callbacks.on_attach ? callbacks.on_attach(attach, sender)
+                                  : absl::UnimplementedError("this receiver takes no writers");
+  }
   estuary::v1::KvAttachReply reply;
   reply.set_request_id(attach.request_id());
   reply.set_reservation_epoch(attach.reservation_epoch());

@@ -3,9 +3,12 @@
 //
 // It registers every (layer, shard) region of the decode worker's KvPool with a Transport once,
 // describes them (plus a request's reserved page ids, lease and epoch) in a TransferDescriptor
-// for the prefill worker, and runs a thread that takes the writers' control messages out of the
-// transport's inbox (kv_control_codec.h): a KvAttach goes to one callback (the decode engine's
-// AttachWriter), whose verdict is sent back to the writer's transport as a KvAttachReply; a
+// for the prefill worker, sealed with the cluster's key (descriptor_seal.h), and runs a thread
+// that takes the writers' control messages out of the transport's inbox (kv_control_codec.h): a
+// KvAttach is checked against what this worker issued (its descriptor digest must be that of the
+// descriptor Describe makes from the reservation the `issued` callback returns: the same pages,
+// lease, epoch, regions and addresses), then goes to one callback (the decode engine's
+// AttachWriter), and the verdict is sent back to the writer's transport as a KvAttachReply; a
 // KvCompletion goes to the other (CompleteReservation / EndReservation). Both callbacks get the
 // sender's transport id (Message::sender_id), which identifies the writer.
 //
@@ -41,14 +44,25 @@
 #include "absl/types/span.h"
 #include "core/kvcache/kv_pool.h"
 #include "estuary/v1/kv_transfer.pb.h"
+#include "kvtransfer/descriptor_seal.h"
 #include "kvtransfer/endpoint_cache.h"
 #include "kvtransfer/kv_control_codec.h"
 #include "kvtransfer/transport.h"
 
 namespace estuary::kvtransfer {
 
+// A reservation as its worker issued it: what Describe made its descriptor from.
+struct IssuedReservation {
+  std::vector<int32_t> pages;
+  absl::Time lease_deadline;
+};
+
 // What the receiver hands on, on its thread. `writer` is the sender's transport id.
 struct KvReceiverCallbacks {
+  // The live reservation (request id, epoch), or why there is none (the attach is refused with
+  // that status). Without this callback every attach is refused.
+  std::function<absl::StatusOr<IssuedReservation>(const std::string& request_id, uint64_t epoch)>
+      issued;
   // The verdict is sent back to the writer (OK: it may push).
   std::function<absl::Status(const estuary::v1::KvAttach& attach, uint64_t writer)> on_attach;
   std::function<void(const estuary::v1::KvCompletion& completion, uint64_t writer)> on_completion;
@@ -64,16 +78,17 @@ class KvReceiver {
   // Registers pool.layer_region(layer, shard) for every layer and shard. `fingerprint` is the
   // whole model's KV format (fingerprint.h); INVALID_ARGUMENT when it does not describe `pool`
   // (layers, head_dim, block size, and kv_heads == pool heads * num_shards); the transport's error
-  // when a registration fails.
+  // when a registration fails. `seal` seals every descriptor (DescriptorSeal::None: unsealed).
   static absl::StatusOr<std::unique_ptr<KvReceiver>> Create(
-      Transport& transport, KvPool& pool, estuary::v1::KvFormatFingerprint fingerprint);
+      Transport& transport, KvPool& pool, estuary::v1::KvFormatFingerprint fingerprint,
+      DescriptorSeal seal);
   ~KvReceiver();
   KvReceiver(const KvReceiver&) = delete;
   KvReceiver& operator=(const KvReceiver&) = delete;
 
   // The descriptor a prefill worker needs to push `request_id`'s prompt into `pages` (the
   // reservation's page ids in position order; the same ids on every shard), held until
-  // `lease_deadline`, for the reservation named `epoch`.
+  // `lease_deadline`, for the reservation named `epoch`; sealed.
   estuary::v1::TransferDescriptor Describe(const std::string& request_id,
                                            absl::Span<const int32_t> pages,
                                            absl::Time lease_deadline, uint64_t epoch) const;
@@ -91,7 +106,15 @@ class KvReceiver {
   int64_t dropped_messages() const { return dropped_.load(); }
 
  private:
-  KvReceiver(Transport& transport, KvPool& pool, estuary::v1::KvFormatFingerprint fingerprint);
+  KvReceiver(Transport& transport, KvPool& pool, estuary::v1::KvFormatFingerprint fingerprint,
+             DescriptorSeal seal);
+  // Describe without the seal (what the attach's digest covers).
+  estuary::v1::TransferDescriptor Unsealed(const std::string& request_id,
+                                           absl::Span<const int32_t> pages,
+                                           absl::Time lease_deadline, uint64_t epoch) const;
+  // OK when the attach carries the digest of the descriptor issued for its reservation.
+  absl::Status CheckIssued(const estuary::v1::KvAttach& attach,
+                           const KvReceiverCallbacks& callbacks) const;
   void Loop(const KvReceiverCallbacks& callbacks);
   void HandleAttach(const estuary::v1::KvAttach& attach, uint64_t sender,
                     const KvReceiverCallbacks& callbacks);
@@ -99,6 +122,7 @@ class KvReceiver {
   Transport& transport_;
   KvPool& pool_;
   const estuary::v1::KvFormatFingerprint fingerprint_;
+  const DescriptorSeal seal_;
   // [shard][layer]
   std::vector<std::vector<std::unique_ptr<RegisteredRegion>>> regions_;
   EndpointCache writers_;  // back to the writers, for attach replies (the receiver thread's)

@@ -75,6 +75,7 @@ PrefillService::PrefillService(kvtransfer::Transport& transport,
     : transport_(transport),
       options_(options),
       fingerprint_(std::move(fingerprint)),
+      seal_(options.descriptor_key),
       endpoints_(transport),
       attach_replies_(transport) {}
 
@@ -140,8 +141,8 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   }
   auto pending = std::make_shared<Pending>();
   absl::StatusOr<std::unique_ptr<kvtransfer::KvPusher>> pusher = kvtransfer::KvPusher::Create(
-      transport_, endpoints_, attach_replies_, engine_->pool(), request->transfer(), fingerprint_,
-      in.prompt_ids_size(), deadline);
+      transport_, endpoints_, attach_replies_, engine_->pool(), request->transfer(), seal_,
+      fingerprint_, in.prompt_ids_size(), deadline);
   if (!pusher.ok()) {
     PrefillMetrics::Get().transfer_failures.Increment();
     return rpc::ToGrpcStatus(pusher.status());

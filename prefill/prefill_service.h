@@ -1,7 +1,8 @@
 #pragma once
 // PrefillService: the prefill worker's gRPC service (worker.proto PrefillWorker; design §1 step
 // 3). Owns the prefill engine, its thread (StepLoop) and the endpoints to decode workers. A
-// Prefill call checks the KV format against the descriptor before any work, queues the prompt,
+// Prefill call checks the descriptor's seal (the decode worker issued it as it is) and the KV
+// format against the descriptor before any work, queues the prompt,
 // pushes every layer of every chunk into the decode worker's reserved pages as the engine
 // announces it (on the rank threads), and when the prompt is done flushes the pushes, sends the
 // completion (first token, provenance) to the decode worker and answers. A failure at any point
@@ -27,6 +28,7 @@
 #include "core/common/step_loop.h"
 #include "core/model/sharded_model.h"
 #include "estuary/v1/worker.grpc.pb.h"
+#include "kvtransfer/descriptor_seal.h"
 #include "kvtransfer/kv_pusher.h"
 #include "kvtransfer/transport.h"
 #include "prefill/prefill_engine.h"
@@ -46,6 +48,9 @@ struct PrefillServiceOptions {
   // drain, a prefill worker killed mid-prefill): every engine step that has work sleeps this
   // long first, on the engine thread, as a slow or stalled engine would.
   absl::Duration debug_step_delay = absl::ZeroDuration();
+  // The key transfer descriptors must be sealed with (kvtransfer/descriptor_seal.h;
+  // worker::KvDescriptorKey); empty: seals are not checked.
+  std::string descriptor_key;
 };
 
 class PrefillService final : public estuary::v1::PrefillWorker::Service {
@@ -86,6 +91,7 @@ class PrefillService final : public estuary::v1::PrefillWorker::Service {
   kvtransfer::Transport& transport_;
   const PrefillServiceOptions options_;
   const estuary::v1::KvFormatFingerprint fingerprint_;
+  const kvtransfer::DescriptorSeal seal_;  // checks every descriptor before it is used
   kvtransfer::EndpointCache endpoints_;
   // The decode workers' answers to our attaches: the only reader of the transport's inbox.
   kvtransfer::AttachReplies attach_replies_;

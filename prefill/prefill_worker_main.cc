@@ -20,6 +20,7 @@
 #include "process/process_main.h"
 #include "rpc/cluster_flags.h"
 #include "worker/worker_flags.h"
+#include "worker/worker_process.h"
 
 namespace estuary {
 namespace {
@@ -32,6 +33,7 @@ absl::Status Run() {
   PrefillServiceOptions options;
   options.model_id = process.model_id;
   options.max_requests_in_flight = process.max_requests_in_flight;
+  ESTUARY_ASSIGN_OR_RETURN(options.descriptor_key, worker::KvDescriptorKey());
   options.debug_step_delay = process.debug_step_delay;
   ESTUARY_ASSIGN_OR_RETURN(options.engine.kv_cache_bytes, worker::KvCacheBytesFromFlags(process));
   options.engine.gpu_memory_utilization = worker::GpuMemoryUtilizationFlag();

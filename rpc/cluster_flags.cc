@@ -9,7 +9,8 @@
 
 ABSL_FLAG(std::string, cluster_token, "",
           "shared secret of the cluster's processes: sent on every internal call, demanded by "
-          "every internal port and by worker registration (UNAUTHENTICATED otherwise); at least "
+          "every internal port and by worker registration (UNAUTHENTICATED otherwise); the "
+          "workers also derive from it the key that seals KV transfer descriptors; at least "
           "16 characters; default: $ESTUARY_CLUSTER_TOKEN (preferred: argv is visible to local "
           "users), else none");
 ABSL_FLAG(std::string, cluster_ca_file, "",

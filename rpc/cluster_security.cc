@@ -1,5 +1,8 @@
 #include "rpc/cluster_security.h"
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -119,6 +122,21 @@ ClusterInterceptors() {
   const std::string& token = CurrentState()->settings.token;
   if (!token.empty()) factories.push_back(MetadataInterceptorFactory(kClusterTokenMetadata, token));
   return factories;
+}
+
+absl::StatusOr<std::string> ClusterSubkey(std::string_view label) {
+  const std::string& token = CurrentState()->settings.token;
+  if (token.empty()) return std::string();
+  unsigned char key[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+           reinterpret_cast<const unsigned char*>(label.data()), label.size(), key,
+           &size) == nullptr ||
+      size == 0) {
+    return absl::InternalError(absl::StrCat("HMAC-SHA256 failed deriving the cluster key '",
+                                            absl::string_view(label.data(), label.size()), "'"));
+  }
+  return std::string(reinterpret_cast<const char*>(key), size);
 }
 
 grpc::Status CheckClusterToken(const grpc::ServerContext* context) {

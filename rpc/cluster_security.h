@@ -24,9 +24,11 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/client_interceptor.h"
@@ -65,6 +67,12 @@ std::shared_ptr<grpc::ServerCredentials> ClusterServerCredentials();
 // What every cluster channel's calls carry: the token (nothing when none is configured).
 std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
 ClusterInterceptors();
+
+// A key for one purpose, derived from the cluster token: HMAC-SHA256(token, label), 32 bytes
+// (e.g. the KV descriptor seal's, kvtransfer/descriptor_seal.h). Every process of the cluster
+// derives the same one; the token itself never serves as a key. Empty when no token is set;
+// INTERNAL when OpenSSL fails (out of memory).
+absl::StatusOr<std::string> ClusterSubkey(std::string_view label);
 
 // OK when no token is configured, for in-process calls (`context` null), and for calls that
 // carry the token (compared in constant time); UNAUTHENTICATED otherwise.

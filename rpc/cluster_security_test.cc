@@ -68,5 +68,23 @@ TEST(ClusterSecurityTest, TheTokenCheckPassesInProcessCallsAndOpenClusters) {
   ASSERT_TRUE(Configure("").ok());
 }
 
+// Keys derived from the token: the same for every process with the token, one per label, none
+// without a token, never the token itself.
+TEST(ClusterSecurityTest, SubkeysAreDerivedFromTheTokenOnePerLabel) {
+  ASSERT_TRUE(Configure("").ok());
+  ASSERT_TRUE(ClusterSubkey("estuary kv descriptor v1").ok());
+  EXPECT_TRUE(ClusterSubkey("estuary kv descriptor v1")->empty());
+  ASSERT_TRUE(Configure("0123456789abcdef").ok());
+  const absl::StatusOr<std::string> key = ClusterSubkey("estuary kv descriptor v1");
+  ASSERT_TRUE(key.ok()) << key.status();
+  EXPECT_EQ(key->size(), 32u);
+  EXPECT_EQ(*ClusterSubkey("estuary kv descriptor v1"), *key);  // what another process derives
+  EXPECT_NE(*ClusterSubkey("another purpose"), *key);
+  EXPECT_EQ(key->find("0123456789abcdef"), std::string::npos);
+  ASSERT_TRUE(Configure("0123456789abcdeF").ok());
+  EXPECT_NE(*ClusterSubkey("estuary kv descriptor v1"), *key);  // another token, another key
+  ASSERT_TRUE(Configure("").ok());
+}
+
 }  // namespace
 }  // namespace estuary::rpc

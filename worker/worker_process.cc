@@ -14,12 +14,14 @@
 #include "core/common/metrics.h"
 #include "core/common/status_macros.h"
 #include "core/model/model_loader.h"
+#include "kvtransfer/descriptor_seal.h"
 #include "kvtransfer/nccl_transport.h"
 #include "kvtransfer/ucx_transport.h"
 #include "process/byte_size.h"
 #include "process/host_address.h"
 #include "process/ready_file.h"
 #include "process/signals.h"
+#include "rpc/cluster_security.h"
 #include "rpc/grpc_server.h"
 #include "rpc/metrics_http.h"
 #include "worker/registration_client.h"
@@ -180,6 +182,18 @@ absl::StatusOr<std::unique_ptr<kvtransfer::Transport>> CreateTransport(
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::NcclTransport> nccl_transport,
                            kvtransfer::NcclTransport::Create(std::move(transport), nccl));
   return std::unique_ptr<kvtransfer::Transport>(std::move(nccl_transport));
+}
+
+absl::StatusOr<std::string> KvDescriptorKey() {
+  ESTUARY_ASSIGN_OR_RETURN(std::string key, rpc::ClusterSubkey(kvtransfer::kDescriptorKeyLabel));
+  if (key.empty()) {
+    ESTUARY_LOG(WARNING)
+        << "no cluster token: KV transfer descriptors are not sealed, so a prefill worker hands "
+           "the UCX worker addresses and rkeys it is sent to UCX unchecked (a corrupted one can "
+           "crash it); give every process of the cluster --cluster-token (or "
+           "$ESTUARY_CLUSTER_TOKEN)";
+  }
+  return key;
 }
 
 estuary::v1::WorkerInfo MakeWorkerInfo(estuary::v1::WorkerRole role, const std::string& address,

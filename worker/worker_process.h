@@ -87,6 +87,11 @@ void LogKvCapacity(const char* role, int64_t pages, int block_size, int context_
                    int max_num_seqs, int64_t kv_cache_bytes);
 absl::StatusOr<std::unique_ptr<kvtransfer::Transport>> CreateTransport(
     const WorkerProcessOptions& options);
+// The key that seals KV transfer descriptors (kvtransfer/descriptor_seal.h), derived from the
+// cluster token (rpc::ClusterSubkey; cluster security must be configured first). Without a token
+// it is empty (descriptors go unsealed and unchecked) and a warning says so. Both roles call it:
+// the decode worker seals with it, the prefill worker verifies.
+absl::StatusOr<std::string> KvDescriptorKey();
 
 // Current KV pool figures into a load report (thread-safe: KvPool::Stats()).
 void SetPoolLoad(const KvPool& pool, estuary::v1::WorkerLoad* load);

@@ -12,6 +12,7 @@
 #include "estuary/v1/worker.grpc.pb.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "rpc/cluster_security.h"
 #include "tests/testing/golden_cases.h"
 #include "tests/testing/subprocess.h"
 
@@ -88,6 +89,9 @@ Cluster::Cluster(const ClusterSpec& spec) : spec_(spec) {
   std::vector<std::string> router_flags = {"--model", model};
   router_flags.insert(router_flags.end(), spec.router_flags.begin(), spec.router_flags.end());
   if (!spec.api_key.empty()) router_flags.insert(router_flags.end(), {"--api-key", spec.api_key});
+  if (!spec.cluster_token.empty()) {
+    router_flags.insert(router_flags.end(), {"--cluster-token", spec.cluster_token});
+  }
   router_ = StartWorker("router/estuary-router", "router", router_flags);
   for (int i = 0; i < spec.decode + spec.prefill; ++i) {
     const bool decode = i < spec.decode;
@@ -111,6 +115,9 @@ std::vector<std::string> Cluster::WorkerFlags(bool decode) const {
                                     std::to_string(decode ? spec_.tp_decode : spec_.tp_prefill),
                                     "--kv-cache-bytes",
                                     "33554432"};
+  if (!spec_.cluster_token.empty()) {
+    flags.insert(flags.end(), {"--cluster-token", spec_.cluster_token});
+  }
   const std::vector<std::string>& extra = decode ? spec_.decode_flags : spec_.prefill_flags;
   flags.insert(flags.end(), extra.begin(), extra.end());
   return flags;
@@ -180,10 +187,11 @@ std::string RouterHttpAddress(const Cluster& cluster) {
   return LoggedAddress(cluster.router(), "OpenAI HTTP on http://");
 }
 
-int FreePages(const std::string& address, bool decode) {
+int FreePages(const std::string& address, bool decode, const std::string& cluster_token) {
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   estuary::v1::WorkerLoad load;
   grpc::ClientContext context;
+  if (!cluster_token.empty()) context.AddMetadata(rpc::kClusterTokenMetadata, cluster_token);
   const grpc::Status status =
       decode ? estuary::v1::DecodeWorker::NewStub(channel)->GetLoad(&context, {}, &load)
              : estuary::v1::PrefillWorker::NewStub(channel)->GetLoad(&context, {}, &load);

@@ -42,6 +42,9 @@ struct ClusterSpec {
   std::vector<std::string> router_flags;
   // The router's --api-key (empty: none); the harness's own calls send it.
   std::string api_key;
+  // --cluster-token of the router and every worker (empty: none): internal ports then want it
+  // (FreePages's `cluster_token`), and KV transfer descriptors are sealed.
+  std::string cluster_token;
   // Extra flags of every prefill / decode worker (e.g. --device cuda --kv-transport nccl).
   std::vector<std::string> prefill_flags;
   std::vector<std::string> decode_flags;
@@ -93,8 +96,9 @@ struct Generated {
   estuary::v1::Complete complete;
 };
 
-// A worker's free KV pages (its GetLoad); -1 when it does not answer.
-int FreePages(const std::string& address, bool decode);
+// A worker's free KV pages (its GetLoad, sending `cluster_token` when not empty); -1 when it
+// does not answer.
+int FreePages(const std::string& address, bool decode, const std::string& cluster_token = "");
 
 // Streams one Generate call to the end (a minute's deadline unless `context` brings one).
 Generated Generate(estuary::v1::Inference::Stub& stub, const estuary::v1::GenerateRequest& request,

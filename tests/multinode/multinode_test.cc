@@ -5,6 +5,9 @@
 // interface; router1 learns them by registration, router2 by name (--discover-workers, over
 // the nodes' hosts file, as a headless Service's A records), so both serve the same workers.
 //
+// Every process has the cluster token, as a deployment's do: internal ports want it, and KV
+// transfer descriptors go sealed from node to node (kvtransfer/descriptor_seal.h).
+//
 // Skips, saying why, where namespaces cannot be made (not root, no `ip`, no netns support).
 // Nothing is left behind: NetworkHosts removes its namespaces and links, and kills whatever
 // still runs in them.
@@ -50,6 +53,8 @@ constexpr int kWorkerPort = 50060;
 // A stream to a node whose cable is pulled ends within the router's keepalive (1 s ping, 2 s
 // timeout: rpc/channels.h) plus a relay and scheduling margin.
 constexpr absl::Duration kLinkDownBound = absl::Seconds(8);
+
+constexpr char kClusterToken[] = "multinode-cluster-token-0123456789";
 
 struct NodeClusterSpec {
   std::string model = "stories260K";
@@ -133,7 +138,8 @@ class NodeCluster {
  private:
   std::vector<std::string> RouterFlags(std::vector<std::string> extra) {
     std::vector<std::string> flags = {"--model", GoldenModelDir(spec_.model), "--host", "0.0.0.0",
-                                      "--port", std::to_string(kRouterPort)};
+                                      "--port", std::to_string(kRouterPort),
+                                      "--cluster-token", kClusterToken};
     flags.insert(flags.end(), extra.begin(), extra.end());
     return flags;
   }
@@ -145,7 +151,7 @@ class NodeCluster {
         "--port", std::to_string(kWorkerPort), "--router", absl::StrCat("router1:", kRouterPort),
         "--ucx-tls", "tcp", "--kv-cache-bytes", "33554432",
         "--tensor-parallel-size", decode ? "1" : std::to_string(spec_.tp_prefill),
-        "--shutdown-timeout", "30s"};
+        "--shutdown-timeout", "30s", "--cluster-token", kClusterToken};
     if (decode) flags.insert(flags.end(), spec_.decode_flags.begin(), spec_.decode_flags.end());
     ServingProcess process =
         StartOn(node, decode ? "decode/estuary-decode" : "prefill/estuary-prefill", flags);

@@ -7,16 +7,18 @@
 // UNIMPLEMENTED, a non-empty message on every error, and a request that does not parse as its
 // method's message answered INVALID_ARGUMENT saying so (rpc/parse_status_interceptor.h).
 //
-// The base messages are chosen so that no mutation does work that outlives its call: a
-// Reserve that succeeds is aborted at once; registrations name another model (refused); the
-// Prefill base carries a descriptor of another model's fingerprint, so no mutation gets past
-// the descriptor check to UCX. Known gap (README "Reliability checklist", C10): with this
-// model's fingerprint, mutated descriptors crash both workers, because UCX trusts what a
-// descriptor hands it: the prefill worker aborts in ucp_address_unpack (a corrupted worker
-// address given to ucp_ep_create), the decode worker segfaults in ucp_put_handler (a put over
-// tcp to a corrupted base address, which UCX does not check against the registration). Once
-// descriptors are sealed or the decode side bounds remote writes, drop the fingerprint change
-// below and this test covers them.
+// The cluster runs with a cluster token, as `estuary up` starts one: the raw calls carry it, so
+// mutations reach the handlers behind the token check, and KV transfer descriptors are sealed by
+// the decode worker (kvtransfer/descriptor_seal.h). The base messages are chosen so that no
+// mutation does work that outlives its call: a Reserve that succeeds is aborted at once;
+// registrations name another model (refused); the Prefill base carries a real descriptor of this
+// model (its reservation aborted at once, its lease long), so a mutation of the descriptor meets
+// the seal (UNAUTHENTICATED) before anything reaches UCX, and one of the rest of the request
+// goes on to connect and attach, which the decode worker refuses (the reservation is gone).
+// Before descriptors were sealed, such mutations crashed both workers: the prefill worker
+// aborted in ucp_address_unpack (a corrupted worker address), the decode worker segfaulted in
+// ucp_put_handler (a put over tcp to a corrupted base address, which UCX 1.13 does not check
+// against the registration).
 
 #include <algorithm>
 #include <atomic>
@@ -28,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "estuary/v1/inference.grpc.pb.h"
@@ -37,6 +41,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "rpc/cluster_security.h"
 #include "tests/e2e/cluster.h"
 #include "tests/testing/golden_cases.h"
 
@@ -48,6 +53,7 @@ namespace v1 = ::estuary::v1;
 
 constexpr int kCallsPerPort = 10000;
 constexpr int kClientsPerPort = 8;
+constexpr char kClusterToken[] = "c10-cluster-token-0123456789";
 
 // One method of a port: its full name, a parser for its request type, and a valid request.
 struct Method {
@@ -78,6 +84,7 @@ class RawCaller {
     RawResult result;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    context.AddMetadata(rpc::kClusterTokenMetadata, kClusterToken);
     std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
         stub_.PrepareCall(&context, method, &queue_);
     call->StartCall(Tag(1));
@@ -171,6 +178,7 @@ struct PortReport {
   // A few refusals of requests that parsed, one per method and code (to read that they name
   // the field).
   std::map<std::string, std::string> refusals;
+  int seal_refusals = 0;  // errors that name a transfer descriptor's seal
   absl::Duration took;
 };
 
@@ -232,6 +240,7 @@ PortReport Hammer(const std::string& address, const std::vector<Method>& methods
         absl::MutexLock lock(&mu);
         ++report.codes[code];
         if (!parses) ++report.unparsable;
+        if (absl::StrContains(result.status.error_message(), "seal")) ++report.seal_refusals;
         if (parses && !result.status.ok()) {
           report.refusals.try_emplace(absl::StrCat(method.name, " ", CodeName(code)),
                                       result.status.error_message());
@@ -268,7 +277,9 @@ TEST(MalformedGrpcTest, TenThousandMalformedRequestsPerPortEndTypedAndTheCluster
   // The test parses every request itself to know which ones cannot parse; protobuf would log
   // each invalid UTF-8 string it meets.
   google::protobuf::LogSilencer quiet;
-  t::Cluster cluster(t::Spec("stories260K", 1, 1, 1, 1));
+  t::ClusterSpec spec = t::Spec("stories260K", 1, 1, 1, 1);
+  spec.cluster_token = kClusterToken;
+  t::Cluster cluster(spec);
   const std::string router = cluster.router_address();
   const std::string decode = cluster.decode(0).address;
   const std::string prefill = cluster.prefill(0).address;
@@ -319,19 +330,25 @@ TEST(MalformedGrpcTest, TenThousandMalformedRequestsPerPortEndTypedAndTheCluster
       MakeMethod("/estuary.v1.DecodeWorker/GetLoad", v1::GetLoadRequest()),
       MakeMethod("/estuary.v1.DecodeWorker/GetInfo", v1::GetInfoRequest())};
 
-  // Prefill worker: a descriptor in this model's layout but of another model's fingerprint.
+  // Prefill worker: a real, sealed descriptor of this model, whose reservation is aborted at
+  // once; its lease outlasts the test, so requests that keep the seal valid get as far as the
+  // attach.
   v1::PrefillRequest prefill_request;
-  *prefill_request.mutable_request() = WorkerRequestFor(prompt, "c10-prefill");
+  *prefill_request.mutable_request() = WorkerRequestFor(prompt, "c10-descriptor");
   {
     v1::ReserveResponse reserved;
     grpc::ClientContext context;
+    context.AddMetadata(rpc::kClusterTokenMetadata, kClusterToken);
     auto channel = grpc::CreateChannel(decode, grpc::InsecureChannelCredentials());
     v1::ReserveRequest real = reserve;
     real.mutable_request()->set_request_id("c10-descriptor");
-    ASSERT_TRUE(v1::DecodeWorker::NewStub(channel)->Reserve(&context, real, &reserved).ok());
+    real.set_lease_ms(600000);
+    const grpc::Status made = v1::DecodeWorker::NewStub(channel)->Reserve(&context, real, &reserved);
+    ASSERT_TRUE(made.ok()) << made.error_message();
+    ASSERT_FALSE(reserved.transfer().seal().empty()) << "the decode worker did not seal";
     *prefill_request.mutable_transfer() = reserved.transfer();
-    prefill_request.mutable_transfer()->mutable_fingerprint()->set_model_id("c10-another-model");
     grpc::ClientContext abort_context;
+    abort_context.AddMetadata(rpc::kClusterTokenMetadata, kClusterToken);
     v1::WorkerAbortRequest free_it;
     free_it.set_request_id("c10-descriptor");
     v1::WorkerAbortResponse freed;
@@ -343,7 +360,8 @@ TEST(MalformedGrpcTest, TenThousandMalformedRequestsPerPortEndTypedAndTheCluster
       MakeMethod("/estuary.v1.PrefillWorker/Abort", worker_abort),
       MakeMethod("/estuary.v1.PrefillWorker/GetLoad", v1::GetLoadRequest()),
       MakeMethod("/estuary.v1.PrefillWorker/GetInfo", v1::GetInfoRequest())};
-  const int decode_free = t::FreePages(decode, true);
+  const int decode_free = t::FreePages(decode, true, kClusterToken);
+  ASSERT_GT(decode_free, 0);
 
   // A reservation that a mutation made goes back at once (not at its lease).
   auto decode_channel = grpc::CreateChannel(decode, grpc::InsecureChannelCredentials());
@@ -354,6 +372,7 @@ TEST(MalformedGrpcTest, TenThousandMalformedRequestsPerPortEndTypedAndTheCluster
     if (result.responses.empty() || !reserved.ParseFromString(result.responses[0])) return;
     reservations.fetch_add(1);
     grpc::ClientContext context;
+    context.AddMetadata(rpc::kClusterTokenMetadata, kClusterToken);
     v1::WorkerAbortRequest request;
     request.set_request_id(reserved.transfer().request_id());
     v1::WorkerAbortResponse response;
@@ -379,6 +398,12 @@ TEST(MalformedGrpcTest, TenThousandMalformedRequestsPerPortEndTypedAndTheCluster
     }
     for (const std::string& v : report.violations) ADD_FAILURE() << v;
     EXPECT_GT(report.unparsable, kCallsPerPort / 5);  // the mix reaches the parser's refusals
+    if (port.address == prefill) {
+      // Mutated descriptors reach the seal check, and it names what it refuses.
+      std::printf("[figure] C10 prefill port: %d calls refused for the descriptor's seal\n",
+                  report.seal_refusals);
+      EXPECT_GT(report.seal_refusals, kCallsPerPort / 100);
+    }
     EXPECT_TRUE(Running(cluster.router())) << cluster.Logs();
     EXPECT_TRUE(Running(cluster.decode(0))) << cluster.Logs();
     EXPECT_TRUE(Running(cluster.prefill(0))) << cluster.Logs();
@@ -388,10 +413,10 @@ TEST(MalformedGrpcTest, TenThousandMalformedRequestsPerPortEndTypedAndTheCluster
 
   // Nothing leaked on the decode worker, and the cluster still serves the golden ids.
   absl::Time until = absl::Now() + absl::Seconds(5);
-  while (t::FreePages(decode, true) != decode_free && absl::Now() < until) {
+  while (t::FreePages(decode, true, kClusterToken) != decode_free && absl::Now() < until) {
     absl::SleepFor(absl::Milliseconds(20));
   }
-  EXPECT_EQ(t::FreePages(decode, true), decode_free);
+  EXPECT_EQ(t::FreePages(decode, true, kClusterToken), decode_free);
   const t::Generated after = t::Generate(cluster.stub(), cluster.Greedy(golden.prompt_ids));
   ASSERT_TRUE(after.status.ok()) << after.status.error_message() << cluster.Logs();
   EXPECT_EQ(after.ids, golden.completion_ids);
