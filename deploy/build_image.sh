@@ -10,6 +10,8 @@
 # Prints the build time and the image size. Needs root, podman, debootstrap (Debian packages).
 #
 #   deploy/build_image.sh [--skip-build]      (--skip-build: only step 3, on the built image)
+#   deploy/build_image.sh --base-only         (only step 1: scripts/test.sh runs it while
+#                                              build/ compiles, as it waits on the network)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
@@ -17,7 +19,13 @@ base=localhost/estuary-debian:12
 image="${IMAGE:-localhost/estuary:dev}"
 work="${WORK_DIR:-/var/tmp/estuary-image}"
 skip_build=0
-[ "${1:-}" = "--skip-build" ] && skip_build=1
+base_only=0
+case "${1:-}" in
+  "") ;;
+  --skip-build) skip_build=1 ;;
+  --base-only) base_only=1 ;;
+  *) echo "unknown argument $1 (--skip-build | --base-only)" >&2; exit 2 ;;
+esac
 
 need() { command -v "$1" >/dev/null || { echo "needs $1 (apt-get install $2)" >&2; exit 1; }; }
 need podman podman
@@ -33,14 +41,34 @@ if [ "$skip_build" -eq 0 ]; then
     start=$(date +%s)
     debootstrap --variant=minbase bookworm "$work/rootfs" "$mirror" > "$work/debootstrap.log" 2>&1 \
       || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
+    # Debian's security and point-release updates besides the release itself, as on any
+    # maintained Debian 12 host: the image gets the fixed packages, and the same versions of the
+    # headers as an up-to-date host (which lets its build reuse the host's compiler cache).
+    cat > "$work/rootfs/etc/apt/sources.list" <<EOF
+deb $mirror bookworm main
+deb $mirror bookworm-updates main
+deb ${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security} bookworm-security main
+EOF
     tar -C "$work/rootfs" -c . | podman import - "$base" > /dev/null
     rm -rf "$work/rootfs"
     echo "   base image $base in $(( $(date +%s) - start )) s"
   fi
+  [ "$base_only" -eq 0 ] || exit 0
   echo "== podman build (chroot isolation)"
   start=$(date +%s)
-  podman build --isolation chroot --build-arg BASE_IMAGE="$base" -f deploy/Dockerfile \
-    -t "$image" . > "$work/build.log" 2>&1 || { tail -40 "$work/build.log" >&2; exit 1; }
+  # The host's compiler cache, when it has one, serves the image's compilations (the same
+  # Debian 12 compiler; deploy/build_release.sh): in CI, build/ has just compiled nearly all of
+  # them. Only the build stage reads it; nothing of it enters the image.
+  cache_mount=()
+  if command -v ccache > /dev/null; then
+    cache_dir="$(ccache -k cache_dir)"
+    mkdir -p "$cache_dir"
+    cache_mount=(--volume "$cache_dir:/ccache")
+  fi
+  podman build --isolation chroot --build-arg BASE_IMAGE="$base" "${cache_mount[@]}" \
+    -f deploy/Dockerfile -t "$image" . > "$work/build.log" 2>&1 \
+    || { tail -40 "$work/build.log" >&2; exit 1; }
+  grep -E '^ *(Hits|Misses)' "$work/build.log" | sed 's/^ */   compiler cache: /' || true
   build_seconds=$(( $(date +%s) - start ))
   echo "   built $image in ${build_seconds} s"
 fi

@@ -14,6 +14,22 @@ phase_done() {
 }
 # Layering first (seconds, nothing compiled): each target includes only what it links.
 python3 scripts/check_layering.py
+# The image (deploy/build_image.sh, below) needs root, podman and debootstrap; its base file
+# system (debootstrap, 1.5-2.5 minutes, mostly waiting on Debian's mirror) is made in the
+# background while build/ compiles. ESTUARY_SKIP_IMAGE=1 skips the image.
+image_skip_reason=""
+if [ "${ESTUARY_SKIP_IMAGE:-0}" = 1 ]; then
+  image_skip_reason="ESTUARY_SKIP_IMAGE=1"
+elif [ "$(id -u)" -ne 0 ]; then
+  image_skip_reason="not root (deploy/build_image.sh needs root)"
+fi
+base_image_pid=""
+if [ -z "$image_skip_reason" ]; then
+  bash scripts/install_deps.sh podman debootstrap
+  mkdir -p build
+  bash deploy/build_image.sh --base-only > build/base_image.log 2>&1 &
+  base_image_pid=$!
+fi
 bash scripts/build.sh
 phase_done "build/"
 # What only tests need: python3-yaml and iproute2 (the pods-as-written and multi-node tests);
@@ -46,15 +62,15 @@ fi
 bash scripts/fuzz.sh
 phase_done "the fuzzers"
 
-# The image: built from deploy/Dockerfile without a registry, then serving one request from its
-# file system (deploy/build_image.sh; about 5-7 minutes on 2 cores). Needs root, podman and
-# debootstrap; says why and goes on where it cannot run. ESTUARY_SKIP_IMAGE=1 skips it.
-if [ "${ESTUARY_SKIP_IMAGE:-0}" = 1 ]; then
-  echo "ESTUARY_SKIP_IMAGE=1: not building the image"
-elif [ "$(id -u)" -ne 0 ]; then
-  echo "not root: not building the image (deploy/build_image.sh needs root)"
+# The image: built from deploy/Dockerfile without a registry, its compilations served by the
+# compiler cache build/ filled, then serving one request from its file system
+# (deploy/build_image.sh). Where it cannot run, says why and goes on.
+if [ -n "$image_skip_reason" ]; then
+  echo "not building the image: $image_skip_reason"
 else
-  bash scripts/install_deps.sh podman debootstrap
+  # The base image made in the background; if that failed, build_image.sh makes it again.
+  wait "$base_image_pid" || echo "the background base image failed; retrying"
+  cat build/base_image.log
   bash deploy/build_image.sh
 fi
 phase_done "the image"

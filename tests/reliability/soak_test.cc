@@ -8,14 +8,14 @@
 //   - every worker's free KV pages are back to their baseline (GetLoad);
 //   - no worker's RSS grew 5 % or more from the end of the warm-up, and no process's open fds
 //     and threads grew (each measured idle, /proc/PID).
-// Known miss: the router's RSS grows 13-24 % over a few minutes of this load (README,
-// "Reliability checklist" C1) while its live heap does not: under heaptrack the router's live
-// heap is flat at about 5 MB from the first minute on (the 60 s window of prompts kept for
-// same_prompt_as fills first), and /proc/PID/smaps puts the growth in glibc's per-thread
-// arenas, not in thread stacks: freed memory the allocator keeps across the ~290 threads of a
-// synchronous gRPC server with a thread per stream and cpp-httplib's pool. Its bound here is
-// 35 %, which a leak of a few KiB per request would still break; the 5 % bar waits for the
-// callback API (issue 14 item 7: no thread per stream).
+// Known miss: the router's RSS grows 9-13 % (about 3.4 MB) over 2 minutes of this load (README,
+// "Reliability checklist" C1), its every-10 s samples flattening towards the end. About half is
+// PromptHomes (router_service.h: the prompts of the last 4,096 requests, 60 s) filling after the
+// warm-up: with its capacity cut to 64 the growth was 6.6 %. The rest is not explained yet; it
+// is not glibc's per-thread arenas (MALLOC_ARENA_MAX=2 changed nothing), which was most of the
+// 20-24 % a thread-per-stream router (~290 threads) showed before the callback API (issue 14
+// item 7; ~36 threads now). Its bound here is 120 %, which a leak of a few KiB per request
+// would still break.
 // The figures go out as one JSON line ("[figure] C1 soak {...}").
 
 #include <algorithm>
@@ -288,7 +288,7 @@ TEST(SoakTest, MixedGrpcAndSseLoadLosesNothingAndLeaksNothing) {
       EXPECT_EQ(p.pages_end, pages_start[worker]) << p.name << " leaked KV pages";
       EXPECT_EQ(p.pages_warm, pages_start[worker++]) << p.name << " leaked KV pages (warm-up)";
     }
-    const int64_t percent = p.name == "router" ? 135 : 105;  // the router's: see the top
+    const int64_t percent = p.name == "router" ? 120 : 105;  // the router's: see the top
     EXPECT_LT(p.end.rss_kib, p.warm.rss_kib * percent / 100)
         << p.name << " RSS grew " << percent - 100 << " % or more";
     // Flat: idle gRPC threads come and go by one or two (the sync server's pollers).
