@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <string>
@@ -320,18 +321,30 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(info.param.dst_tp) + "_chunk" + std::to_string(info.param.chunk);
     });
 
+// Two UCX workers over tcp in this process: the prefill side and the decode side.
+struct UcxTcpPair {
+  std::unique_ptr<UcxTransport> prefill;
+  std::unique_ptr<UcxTransport> decode;
+};
+UcxTcpPair MakeUcxTcpPair() {
+  UcxTransportOptions options;
+  options.tls = "tcp";
+  auto prefill = UcxTransport::Create(options);
+  auto decode = UcxTransport::Create(options);
+  EXPECT_TRUE(prefill.ok()) << prefill.status();
+  EXPECT_TRUE(decode.ok()) << decode.status();
+  if (!prefill.ok() || !decode.ok()) return {};
+  return {std::move(*prefill), std::move(*decode)};
+}
+
 class KvPushUcxTest : public ::testing::TestWithParam<int> {};
 
 // Over UCX (tcp, two workers in this process), prefill TP 2 -> decode TP 1; chunk 7 makes chunks
 // share pages, which UCX would not order without the disjoint-slot puts.
 TEST_P(KvPushUcxTest, TcpTp2ToTp1) {
-  UcxTransportOptions options;
-  options.tls = "tcp";
-  auto prefill = UcxTransport::Create(options);
-  ASSERT_TRUE(prefill.ok()) << prefill.status();
-  auto decode = UcxTransport::Create(options);
-  ASSERT_TRUE(decode.ok()) << decode.status();
-  RoundTrip(**prefill, **decode, 2, 1, GetParam());
+  UcxTcpPair ucx = MakeUcxTcpPair();
+  ASSERT_TRUE(ucx.prefill && ucx.decode);
+  RoundTrip(*ucx.prefill, *ucx.decode, 2, 1, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Chunks, KvPushUcxTest, ::testing::Values(16, 7));
@@ -340,17 +353,13 @@ INSTANTIATE_TEST_SUITE_P(Chunks, KvPushUcxTest, ::testing::Values(16, 7));
 // waits for the decode worker's answer (sent right after Create); the second does not. Endpoints
 // are cached after the first request, as in a worker.
 TEST(KvPushUcxAttachTest, TheAttachRoundTripIsSmall) {
-  UcxTransportOptions options;
-  options.tls = "tcp";
-  auto prefill = UcxTransport::Create(options);
-  ASSERT_TRUE(prefill.ok()) << prefill.status();
-  auto decode = UcxTransport::Create(options);
-  ASSERT_TRUE(decode.ok()) << decode.status();
-  World w(**prefill, **decode, 1, 1);
+  UcxTcpPair ucx = MakeUcxTcpPair();
+  ASSERT_TRUE(ucx.prefill && ucx.decode);
+  World w(*ucx.prefill, *ucx.decode, 1, 1);
   const auto pages = absl::MakeConstSpan(w.local_pages).subspan(0, 1);
   std::vector<double> first_us, second_us;
   for (int i = 0; i < 21; ++i) {
-    auto pusher = w.Pusher(**prefill, absl::StrCat("attach-", i));
+    auto pusher = w.Pusher(*ucx.prefill, absl::StrCat("attach-", i));
     ASSERT_TRUE(pusher.ok()) << pusher.status();
     absl::Time start = absl::Now();
     ASSERT_TRUE((*pusher)->PushLayer(0, 0, 0, kBlock, pages, 0).ok());
