@@ -36,7 +36,7 @@ endfunction()
 # One GoogleTest binary, its cases discovered by ctest. Tests run from the source folder
 # so that relative paths such as ../shared/models resolve as in CI.
 function(estuary_cc_test)
-  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME;RESOURCE_LOCK" "SRCS;DEPS;LABELS" ${ARGN})
   if(NOT ESTUARY_TESTS OR ESTUARY_FUZZ)
     return()
   endif()
@@ -57,8 +57,14 @@ function(estuary_cc_test)
     # compiles.
     set_property(GLOBAL APPEND PROPERTY ESTUARY_GPU_TESTS ${target})
   endif()
+  # RESOURCE_LOCK NAME: the test's cases never run beside another holder of NAME under
+  # `ctest -j` (for tests that change something the whole machine shares).
+  set(lock "")
+  if(ARG_RESOURCE_LOCK)
+    set(lock RESOURCE_LOCK ${ARG_RESOURCE_LOCK})
+  endif()
   gtest_discover_tests(${target}
       WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
       DISCOVERY_TIMEOUT 60
-      PROPERTIES LABELS "${labels}")
+      PROPERTIES LABELS "${labels}" ${lock})
 endfunction()
