@@ -8,6 +8,7 @@
 // the PATH given with --env, as a runtime looks up an image's command. Mount points must exist.
 // Exits 127 (with a message) when a step fails before the exec.
 
+#include <fcntl.h>
 #include <grp.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -82,8 +83,17 @@ int main(int argc, char** argv) {
   }
   if (::unshare(CLONE_NEWNS) != 0) Fail("unshare(CLONE_NEWNS)");
   if (::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) Fail("make / private");
+  // Every source is opened before anything is mounted: a volume mounted over a directory above
+  // a later source (an emptyDir on /tmp with the checkout under /tmp) would hide it otherwise.
+  std::vector<std::string> sources;
   for (const Bind& bind : binds) {
-    if (::mount(bind.source.c_str(), bind.target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
+    const int fd = ::open(bind.source.c_str(), O_PATH | O_CLOEXEC);
+    if (fd < 0) Fail("open " + bind.source);
+    sources.push_back("/proc/self/fd/" + std::to_string(fd));
+  }
+  for (size_t b = 0; b < binds.size(); ++b) {
+    const Bind& bind = binds[b];
+    if (::mount(sources[b].c_str(), bind.target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
       Fail("bind " + bind.source + " on " + bind.target);
     }
     if (bind.read_only &&

@@ -392,10 +392,11 @@ TEST_P(PodsAsWrittenTest, TheOverlayServesTheGoldenIdsAsWritten) {
     entries.push_back({s["metadata"]["name"], addresses});
   }
   ASSERT_TRUE(hosts_->SetHosts(entries).ok());
-  // The image's binaries.
+  // The image's binaries, copied (not linked): a pod's emptyDir on /tmp would hide a build
+  // folder under /tmp.
   for (const char* binary : {"router/estuary-router", "prefill/estuary-prefill",
                              "decode/estuary-decode", "cli/estuary"}) {
-    fs::create_symlink(BinaryPath(binary), image_bin_ / fs::path(binary).filename());
+    fs::copy_file(BinaryPath(binary), image_bin_ / fs::path(binary).filename());
   }
   fs::create_symlink("/bin/sleep", image_bin_ / "sleep");
 
