@@ -2,9 +2,8 @@
 # Builds Estuary (build/, Release); when nvcc is on the machine, also compiles a second build
 # with the CUDA backend (build-cuda/) and runs its gpu-labelled tests (they skip without a
 # device); runs the libFuzzer targets for FUZZ_SECONDS each (default 60); builds the container
-# image and serves a request from it (deploy/build_image.sh, in the background from the end of
-# build/ on); and runs every test that needs no GPU last, so that the closing lines CI reads
-# are the full suite's summary.
+# image and serves a request from it (deploy/build_image.sh); and runs every test
+# that needs no GPU last, so that the closing lines CI reads are the full suite's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase's wall time, printed as it ends, so that CI's log says where its minutes went.
@@ -40,21 +39,6 @@ test_packages=(python3-yaml iproute2 python3-prometheus-client openssl)
 command -v node > /dev/null || test_packages+=(nodejs npm)
 bash scripts/install_deps.sh "${test_packages[@]}"
 
-# The image: built from deploy/Dockerfile without a registry, its compilations served by the
-# compiler cache build/ filled, then serving one request from its file system
-# (deploy/build_image.sh). It runs in the background beside the CUDA build and the fuzzers: much
-# of it waits on Debian's mirror and on the disk. Where it cannot run, says why and goes on.
-image_pid=""
-if [ -n "$image_skip_reason" ]; then
-  echo "not building the image: $image_skip_reason"
-else
-  # The base image made in the background; if that failed, build_image.sh makes it again.
-  wait "$base_image_pid" || echo "the background base image failed; build_image.sh retries it"
-  cat build/base_image.log
-  bash deploy/build_image.sh > build/image.log 2>&1 &
-  image_pid=$!
-fi
-
 nvcc_path="$(command -v nvcc || true)"
 [ -n "$nvcc_path" ] || [ ! -x /usr/local/cuda/bin/nvcc ] || nvcc_path=/usr/local/cuda/bin/nvcc
 if [ -n "$nvcc_path" ]; then
@@ -78,13 +62,18 @@ fi
 bash scripts/fuzz.sh
 phase_done "the fuzzers"
 
-if [ -n "$image_pid" ]; then
-  image_status=0
-  wait "$image_pid" || image_status=$?
-  cat build/image.log
-  [ "$image_status" -eq 0 ] || { echo "deploy/build_image.sh failed ($image_status)"; exit 1; }
+# The image: built from deploy/Dockerfile without a registry, its compilations served by the
+# compiler cache build/ filled, then serving one request from its file system
+# (deploy/build_image.sh). Where it cannot run, says why and goes on.
+if [ -n "$image_skip_reason" ]; then
+  echo "not building the image: $image_skip_reason"
+else
+  # The base image made in the background; if that failed, build_image.sh makes it again.
+  wait "$base_image_pid" || echo "the background base image failed; retrying"
+  cat build/base_image.log
+  bash deploy/build_image.sh
 fi
-phase_done "the image (the rest of it)"
+phase_done "the image"
 
 # Last, so that its summary (with ctest's own "Total Test time") closes the log.
 (cd build && ctest --output-on-failure --label-exclude gpu --timeout 600 -j "$(nproc)")
