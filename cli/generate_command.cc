@@ -154,6 +154,7 @@ absl::Status RunGenerate(const GenerateOptions& options) {
   LoadOptions load_options;
   load_options.dtype = options.dtype;
   load_options.progress = MakeProgressReporter();
+  load_options.copy_mapped_weights = options.device.is_cpu();  // a GPU uploads from the mapping
   ESTUARY_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(options.model, load_options));
   const Tokenizer& tokenizer = *loaded.tokenizer;
   if (options.river) {

@@ -147,6 +147,8 @@ absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(
   LoadOptions load;
   if (!options.dtype.empty()) load.dtype = ParseDType(options.dtype);
   load.max_model_len = options.max_model_len;
+  // On a GPU the host weights are only the upload's source: leave them mapped.
+  load.copy_mapped_weights = options.device == "cpu";
   ESTUARY_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(options.model, load));
   ShardedModelOptions sharding;
   sharding.tp_size = options.tp_size;

@@ -1,5 +1,6 @@
 #include "core/backend/backend.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "gtest/gtest.h"
@@ -22,6 +23,22 @@ TEST(CpuBackendTest, AllocatesCopiesAndChecksRanges) {
   EXPECT_EQ((*backend)->Copy(*a, 40, *b, 0, 32, **stream).code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ((*backend)->Allocate(8, MemoryKind::kDevice).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Weights and KV blocks are streamed every step: blocks of 1 MiB and more start on a 2 MiB
+// boundary (where a transparent huge page can back them), smaller ones on a cache line.
+TEST(BufferTest, LargeHostBlocksAreHugePageAlignedAndZeroed) {
+  const size_t large = (size_t{3} << 20) + 5;
+  Buffer big = Buffer::AllocateHost(large);
+  ASSERT_FALSE(big.empty());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % (uintptr_t{2} << 20), 0u);
+  const auto* bytes = static_cast<const uint8_t*>(big.data());
+  EXPECT_EQ(bytes[0], 0);
+  EXPECT_EQ(bytes[large - 1], 0);
+  Buffer small = Buffer::AllocateHost(100);
+  ASSERT_FALSE(small.empty());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 64, 0u);
+  EXPECT_EQ(static_cast<const uint8_t*>(small.data())[99], 0);
 }
 
 TEST(RegistryTest, CudaDeviceIsUnavailableOrUnimplementedWithoutGpu) {

@@ -1,9 +1,9 @@
 #include "core/backend/buffer.h"
 
 #include <cstdlib>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/streamed_memory.h"
 
 namespace estuary {
 
@@ -12,11 +12,8 @@ std::string Device::ToString() const {
 }
 
 Buffer Buffer::AllocateHost(size_t size) {
-  constexpr size_t kAlignment = 64;
-  const size_t rounded = ((size == 0 ? 1 : size) + kAlignment - 1) / kAlignment * kAlignment;
-  void* data = std::aligned_alloc(kAlignment, rounded);
+  void* data = AllocateStreamedMemory(size);
   if (data == nullptr) return Buffer();
-  std::memset(data, 0, rounded);
   return Buffer(data, size, Device::Cpu(), MemoryKind::kHost, [](void* p) { std::free(p); });
 }
 

@@ -21,7 +21,8 @@ class Buffer {
   static Buffer Borrow(void* data, size_t size, Device device, MemoryKind kind) {
     return Buffer(data, size, device, kind, nullptr);
   }
-  // 64-byte aligned host memory, zero-filled. Returns an empty buffer when allocation fails.
+  // Zero-filled host memory, 64-byte aligned, and 2 MiB aligned on huge pages from 1 MiB up
+  // (core/common/streamed_memory.h). Returns an empty buffer when allocation fails.
   static Buffer AllocateHost(size_t size);
 
   ~Buffer() { Reset(); }

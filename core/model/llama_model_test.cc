@@ -1,6 +1,10 @@
 #include "core/model/llama_model.h"
 
 #include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <memory>
 #include <random>
 #include <vector>
@@ -177,6 +181,53 @@ TEST(ModelLoaderTest, ConvertsToBf16AndKeepsTheHeadTied) {
   const LlamaWeights& w = loaded->model->weights();
   EXPECT_EQ(w.layers[0].wq.dtype(), DType::kBF16);
   EXPECT_EQ(w.lm_head.raw(), w.embedding.raw());
+}
+
+// The file /proc/self/maps names for the mapping that holds `p` ("" for anonymous memory).
+std::string MappingOf(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream fields(line);
+    std::string range, perms, offset, dev, inode, path;
+    fields >> range >> perms >> offset >> dev >> inode >> path;
+    const size_t dash = range.find('-');
+    const uintptr_t begin = std::stoull(range.substr(0, dash), nullptr, 16);
+    const uintptr_t end = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (address >= begin && address < end) return path;
+  }
+  return "(unmapped)";
+}
+
+// By default the weights leave the file mapping (page-cache pages are 4 KiB: slow to stream)
+// for the loader's own memory; with copy_mapped_weights off they stay in the mapping. Both give
+// the same logits.
+TEST(ModelLoaderTest, WeightsAreCopiedOutOfTheFileMappingUnlessAskedNotTo) {
+  auto resident = LoadModel(kStories260K);
+  ASSERT_TRUE(resident.ok()) << resident.status();
+  LoadOptions mapped_options;
+  mapped_options.copy_mapped_weights = false;
+  auto mapped = LoadModel(kStories260K, mapped_options);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  const LlamaWeights& r = resident->model->weights();
+  const LlamaWeights& m = mapped->model->weights();
+  EXPECT_NE(MappingOf(m.layers[0].wq.raw()).find("model.bin"), std::string::npos);
+  EXPECT_NE(MappingOf(m.embedding.raw()).find("model.bin"), std::string::npos);
+  for (const Tensor* t : {&r.embedding, &r.final_norm, &r.layers[0].wq, &r.layers[0].w_down,
+                          &r.layers.back().attn_norm}) {
+    EXPECT_EQ(MappingOf(t->raw()).find("model.bin"), std::string::npos) << t->DebugString();
+  }
+  EXPECT_EQ(r.lm_head.raw(), r.embedding.raw());  // still tied
+
+  const int vocab = resident->model->config().vocab_size;
+  std::vector<float> logits_r(vocab), logits_m(vocab);
+  const std::vector<int32_t> prompt = {1, 403, 407};
+  auto cache_r = ContiguousKvCache::Create(resident->model->config(), 8);
+  auto cache_m = ContiguousKvCache::Create(mapped->model->config(), 8);
+  ASSERT_TRUE(cache_r.ok() && cache_m.ok());
+  ASSERT_TRUE(resident->model->Forward(prompt, 0, *cache_r, absl::MakeSpan(logits_r)).ok());
+  ASSERT_TRUE(mapped->model->Forward(prompt, 0, *cache_m, absl::MakeSpan(logits_m)).ok());
+  EXPECT_EQ(logits_r, logits_m);
 }
 
 TEST(ModelLoaderTest, MissingPathIsNotFound) {

@@ -1,6 +1,9 @@
 #include "core/model/model_loader.h"
 
+#include <cstring>
 #include <filesystem>
+#include <functional>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/common/status_macros.h"
@@ -12,9 +15,47 @@ namespace estuary {
 namespace fs = std::filesystem;
 namespace {
 
-absl::Status ConvertOne(Tensor& tensor, DType dtype) {
-  if (!tensor.defined() || tensor.dtype() == dtype) return absl::OkStatus();
-  ESTUARY_ASSIGN_OR_RETURN(tensor, ConvertDType(tensor, dtype));
+// Calls `place` on every weight tensor once; a tied LM head stays tied (it follows the
+// embedding).
+absl::Status ForEachWeight(LlamaWeights& weights,
+                           const std::function<absl::Status(Tensor&)>& place) {
+  const bool tied = weights.lm_head.defined() && weights.lm_head.raw() == weights.embedding.raw();
+  ESTUARY_RETURN_IF_ERROR(place(weights.embedding));
+  ESTUARY_RETURN_IF_ERROR(place(weights.final_norm));
+  if (tied) {
+    weights.lm_head = weights.embedding;
+  } else {
+    ESTUARY_RETURN_IF_ERROR(place(weights.lm_head));
+  }
+  for (LlamaLayerWeights& w : weights.layers) {
+    for (Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.ffn_norm, &w.w_gate, &w.w_up,
+                      &w.w_down}) {
+      ESTUARY_RETURN_IF_ERROR(place(*t));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLoadDType(DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot load weights as ", DTypeName(dtype), " (use f32 or bf16)"));
+  }
+  return absl::OkStatus();
+}
+
+// One weight as the model keeps it: converted to `dtype` when set and different (a new
+// allocation), else copied out of the file mapping into streamed memory when `copy` is set.
+absl::Status PlaceWeight(Tensor& tensor, std::optional<DType> dtype, bool copy) {
+  if (!tensor.defined()) return absl::OkStatus();
+  if (dtype && tensor.dtype() != *dtype) {
+    ESTUARY_ASSIGN_OR_RETURN(tensor, ConvertDType(tensor, *dtype));
+    return absl::OkStatus();
+  }
+  if (!copy) return absl::OkStatus();
+  ESTUARY_ASSIGN_OR_RETURN(Tensor resident, Tensor::Zeros(tensor.dtype(), tensor.shape()));
+  std::memcpy(resident.mutable_raw(), tensor.raw(), tensor.nbytes());
+  tensor = std::move(resident);
   return absl::OkStatus();
 }
 
@@ -26,7 +67,10 @@ absl::StatusOr<LoadedModel> Build(LlamaCheckpoint checkpoint, const fs::path& di
         checkpoint.config.max_seq_len));
   }
   if (options.max_model_len > 0) checkpoint.config.max_seq_len = options.max_model_len;
-  if (options.dtype) ESTUARY_RETURN_IF_ERROR(ConvertWeights(checkpoint.weights, *options.dtype));
+  if (options.dtype) ESTUARY_RETURN_IF_ERROR(CheckLoadDType(*options.dtype));
+  ESTUARY_RETURN_IF_ERROR(ForEachWeight(checkpoint.weights, [&](Tensor& tensor) {
+    return PlaceWeight(tensor, options.dtype, options.copy_mapped_weights);
+  }));
   LoadedModel loaded;
   // The tokenizer as the router reads it (core/loader/model_metadata.h).
   ESTUARY_ASSIGN_OR_RETURN(loaded.tokenizer, LoadModelTokenizer(dir.string(), checkpoint.config));
@@ -50,25 +94,9 @@ absl::StatusOr<LoadedModel> LoadHuggingFace(const fs::path& dir, const LoadOptio
 }  // namespace
 
 absl::Status ConvertWeights(LlamaWeights& weights, DType dtype) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot load weights as ", DTypeName(dtype), " (use f32 or bf16)"));
-  }
-  const bool tied = weights.lm_head.defined() && weights.lm_head.raw() == weights.embedding.raw();
-  ESTUARY_RETURN_IF_ERROR(ConvertOne(weights.embedding, dtype));
-  ESTUARY_RETURN_IF_ERROR(ConvertOne(weights.final_norm, dtype));
-  if (tied) {
-    weights.lm_head = weights.embedding;
-  } else {
-    ESTUARY_RETURN_IF_ERROR(ConvertOne(weights.lm_head, dtype));
-  }
-  for (LlamaLayerWeights& w : weights.layers) {
-    for (Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.ffn_norm, &w.w_gate, &w.w_up,
-                      &w.w_down}) {
-      ESTUARY_RETURN_IF_ERROR(ConvertOne(*t, dtype));
-    }
-  }
-  return absl::OkStatus();
+  ESTUARY_RETURN_IF_ERROR(CheckLoadDType(dtype));
+  return ForEachWeight(weights,
+                       [dtype](Tensor& tensor) { return PlaceWeight(tensor, dtype, false); });
 }
 
 absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const LoadOptions& options) {

@@ -24,6 +24,12 @@ struct LoadOptions {
   // > 0: the context is capped at this many tokens (config.max_seq_len; --max-model-len);
   // INVALID_ARGUMENT when it exceeds the checkpoint's.
   int max_model_len = 0;
+  // Weights the checkpoint maps from its file (every one the dtype leaves as it is) are copied
+  // into huge-page host memory (core/common/streamed_memory.h): page-cache pages are 4 KiB,
+  // and a decode GEMV streaming them ran at 3-8 GB/s instead of 25+ on a 2-core VM. Off where
+  // the host copy is only a staging step (weights bound for a GPU) or memory is tighter than
+  // speed; the mapping then serves the kernels.
+  bool copy_mapped_weights = true;
 };
 
 struct LoadedModel {

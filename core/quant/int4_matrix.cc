@@ -2,7 +2,6 @@
 
 #include "core/quant/int4_matrix.h"
 
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/streamed_memory.h"
 #include "core/quant/int4_matmul.h"
 #include "core/quant/quantize_internal.h"
 #include "core/tensor/half_float.h"
@@ -343,23 +343,13 @@ absl::StatusOr<Int4Matrix> Int4Matrix::Quantize(const Tensor& weight,
     m.param_multiplier_ = std::ldexp(1.0f, std::max(std::ilogb(largest) - 12, -126));
   }
 
+  // Streamed every step: huge pages (core/common/streamed_memory.h).
   const size_t bytes = static_cast<size_t>(m.bytes());
-  // Large matrices start on a 2 MiB boundary so that transparent huge pages can back them (the
-  // kernels stream this memory; fewer TLB misses). The untouched rest of the last huge page
-  // costs address space only.
-  const size_t alignment = bytes >= (size_t{1} << 20) ? (size_t{2} << 20) : 64;
-  void* raw = nullptr;
-  if (posix_memalign(&raw, alignment, bytes) != 0 || raw == nullptr) {
+  void* raw = AllocateStreamedMemory(bytes);
+  if (raw == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
   }
   m.data_.reset(static_cast<uint8_t*>(raw));
-  if (alignment > 64) {
-    constexpr uintptr_t kPage = 4096;
-    const auto begin = reinterpret_cast<uintptr_t>(raw);
-    const auto end = (begin + bytes + kPage - 1) & ~(kPage - 1);
-    madvise(raw, end - begin, MADV_HUGEPAGE);
-  }
-  std::memset(m.data_.get(), 0, bytes);
 
   std::vector<Builder> builders;
   builders.reserve(static_cast<size_t>(threads));

@@ -161,7 +161,9 @@ absl::Status Main() {
       ESTUARY_RETURN_IF_ERROR(SynthesizeModel("llama-3.2-1b", path, 1));
     }
   }
-  ESTUARY_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(path));
+  LoadOptions load;
+  load.copy_mapped_weights = false;  // uploaded to the GPU from the mapping
+  ESTUARY_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(path, load));
   const LlamaModel& model = *loaded.model;
   Int4QuantOptions quant;
   quant.group_size = absl::GetFlag(FLAGS_group_size);
