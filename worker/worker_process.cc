@@ -148,7 +148,8 @@ absl::StatusOr<std::unique_ptr<ShardedModel>> LoadShardedModel(
   if (!options.dtype.empty()) load.dtype = ParseDType(options.dtype);
   load.max_model_len = options.max_model_len;
   // On a GPU the host weights are only the upload's source: leave them mapped.
-  load.copy_mapped_weights = options.device == "cpu";
+  const absl::StatusOr<Device> device = WorkerDevice(options);
+  load.copy_mapped_weights = !device.ok() || device->is_cpu();
   ESTUARY_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(options.model, load));
   ShardedModelOptions sharding;
   sharding.tp_size = options.tp_size;
