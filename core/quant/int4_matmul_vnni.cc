@@ -208,10 +208,10 @@ ESTUARY_VNNI_TARGET __attribute__((noinline)) void Rows(const uint8_t* words,
   }
 }
 
-// Software prefetch distance of LaneRows' weight stream (8 blocks of a 4-row tile ahead). The
-// tiles' parameter work between 4 KiB chunks breaks the stream for the hardware prefetcher:
-// on a Zen 5 VM the single-thread GEMV ran 6.5-8.2 GB/s without it, 10-14 GB/s with it
-// (int4_benchmark, 1B shapes; 1 KiB gave 9-15, 4 KiB less).
+// Software prefetch distance of LaneRows' weight stream (8 blocks of a 4-row tile ahead). On a
+// Zen 5 VM (int4_benchmark, 1B shapes, one thread) it took the GEMV from 6.5-8.2 to 10-14 GB/s
+// while LoadChunkParams used masked loads; with plain loads there it is worth less: 14-24
+// without, 15-21 with, and b4 8-12.5 without, 9-12.6 with (two runs each, noisy).
 constexpr int64_t kPrefetchBytes = 2048;
 
 // The kGroupLanes kernel: each int32 lane of isum is one group's exact Σ q x8 over the
@@ -284,8 +284,15 @@ ESTUARY_VNNI_TARGET void LoadChunkParams(const uint16_t* src, int64_t n_groups,
     float* dst = out + row * kParamStride;
     for (int64_t g = 0; g < n_groups16; g += 16) {
       const int64_t n = std::clamp<int64_t>(n_groups - g, 0, 16);
-      const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
-      _mm512_store_ps(dst + g, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, in + g)));
+      // A plain load where all 16 are there. These reads lead each chunk's part of the weight
+      // stream, and masked loads seem not to train the hardware prefetcher: with them the
+      // single-thread GEMV read 10-14 GB/s, with plain loads 15-21 (int4_benchmark, 1B shapes,
+      // Zen 5 VM; a standalone loop over the same layout: 10-14 when the parameter lines are
+      // skipped, 20-25 when they are read with plain loads).
+      const __m256i h = n == 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + g))
+                                : _mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << n) - 1u),
+                                                           in + g);
+      _mm512_store_ps(dst + g, _mm512_cvtph_ps(h));
     }
   }
 }
