@@ -14,11 +14,9 @@ constexpr size_t kSmallPage = 4096;
 constexpr size_t kHugePageThreshold = size_t{1} << 20;
 }  // namespace
 
-bool UsesHugePages(size_t bytes) { return bytes >= kHugePageThreshold; }
-
 void* AllocateStreamedMemory(size_t bytes) {
   const size_t size = bytes == 0 ? 1 : bytes;
-  const size_t alignment = UsesHugePages(size) ? kHugePage : kCacheLine;
+  const size_t alignment = size >= kHugePageThreshold ? kHugePage : kCacheLine;
   void* raw = nullptr;
   if (posix_memalign(&raw, alignment, size) != 0 || raw == nullptr) return nullptr;
   if (alignment == kHugePage) {

@@ -14,7 +14,4 @@ namespace estuary {
 // allocation fails.
 void* AllocateStreamedMemory(size_t bytes);
 
-// Whether AllocateStreamedMemory gives a block of `bytes` the 2 MiB alignment and advice.
-bool UsesHugePages(size_t bytes);
-
 }  // namespace estuary

@@ -3,10 +3,10 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
-#include <sstream>
-#include <string>
 #include <memory>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/common/worker_pool.h"

@@ -2,7 +2,6 @@
 
 #include "core/quant/int4_matrix.h"
 
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
