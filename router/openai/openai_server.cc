@@ -1,6 +1,9 @@
 #include "router/openai/openai_server.h"
 
+#include <atomic>
+#include <functional>
 #include <memory>
+#include <string>
 #include <optional>
 #include <utility>
 
@@ -87,14 +90,49 @@ class OpenAiServer::Handlers {
   }
 
  private:
-  // A generation's slot: taken on admission, released when its handler is done or dropped.
-  struct Slot {
-    explicit Slot(Handlers* h) : handlers(h) {}
-    ~Slot() {
-      handlers->running_.fetch_sub(1);
-      handlers->in_flight_.Add(-1);
+  // A generation's slot: taken on admission, given back once, just before the answer's last
+  // bytes go out (a client that has its answer may send the next request at once and must find
+  // the slot free), or when the handler is dropped without answering.
+  class Slot {
+   public:
+    explicit Slot(Handlers* h) : handlers_(h) {}
+    ~Slot() { Release(); }
+    void Release() {
+      if (released_.exchange(true)) return;
+      handlers_->running_.fetch_sub(1);
+      handlers_->in_flight_.Add(-1);
     }
-    Handlers* handlers;
+
+   private:
+    Handlers* handlers_;
+    std::atomic<bool> released_{false};
+  };
+
+  // The handler's responder, giving the slot back before the whole answer or a stream's end is
+  // written (the client sees the end only after the slot is free).
+  class SlotReleasingResponder : public rpc::HttpResponder {
+   public:
+    SlotReleasingResponder(rpc::HttpResponder& inner, Slot& slot) : inner_(inner), slot_(slot) {}
+    bool Send(rpc::HttpResponse response) override {
+      slot_.Release();
+      return inner_.Send(std::move(response));
+    }
+    bool StartStream(int status, std::string content_type, rpc::HttpHeaders headers) override {
+      return inner_.StartStream(status, std::move(content_type), std::move(headers));
+    }
+    bool Write(absl::string_view data) override { return inner_.Write(data); }
+    bool Finish() override {
+      slot_.Release();
+      return inner_.Finish();
+    }
+    void OnClientGone(std::function<void()> on_gone) override {
+      inner_.OnClientGone(std::move(on_gone));
+    }
+    bool client_gone() const override { return inner_.client_gone(); }
+
+   private:
+    rpc::HttpResponder& inner_;
+    Slot& slot_;
   };
 
   // A slot per request, taken before the body is parsed or tokenized (admission first: a burst
@@ -111,7 +149,8 @@ class OpenAiServer::Handlers {
     auto slot = std::make_shared<Slot>(this);
     return rpc::HttpDispatch::Run(
         [this, slot, endpoint](const rpc::HttpRequest& q, rpc::HttpResponder& r) {
-          Generate(q, r, endpoint);
+          SlotReleasingResponder releasing(r, *slot);
+          Generate(q, releasing, endpoint);
         },
         /*long_running=*/true);
   }
