@@ -68,9 +68,12 @@ TEST_P(PagedAttentionTest, MatchesContiguousCausalAttention) {
                                 n_kv_heads, head_dim, want.data());
   std::vector<float> got(want.size(), NAN);
   PagedAttention(q.data(), n_queries, start_pos, pool, seq.pages(), kLayer, n_heads, got.data());
+  // The paged path fuses its products (FMA, attention_rows.h where the CPU has AVX-512) and sums
+  // in another order than the reference, so an output whose terms cancel to near zero differs by
+  // a few ulps of the V values (|v| <= 1 here), not of itself.
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_TRUE(std::isfinite(want[i])) << i;
-    ASSERT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i]) + 1e-7) << "element " << i;
+    ASSERT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i]) + 1e-6) << "element " << i;
   }
 }
 
