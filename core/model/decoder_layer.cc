@@ -1,7 +1,6 @@
 #include "core/model/decoder_layer.h"
 
 #include <algorithm>
-#include <array>
 #include <memory>
 #include <vector>
 
@@ -24,35 +23,6 @@ absl::Status AddResidual(const ForwardOptions& options, float* x, absl::Span<flo
   return absl::OkStatus();
 }
 
-// The activations of one layer call, owned by the thread that runs it (a rank's thread runs its
-// layers one after the other) and kept between calls: a 512-token prefill chunk of a 1B model
-// needs 50 MiB of them, which allocated afresh per layer cost a page fault and a zero-fill per
-// 4 KiB (about a fifth of bench-prefill's time). Every buffer is written whole by its kernel
-// before it is read, so none is zeroed; a buffer grows to the largest call and stays.
-class LayerActivations {
- public:
-  // A buffer of at least n floats, its contents undefined.
-  float* Get(size_t slot, size_t n) {
-    Buffer& b = buffers_[slot];
-    if (b.capacity < n) {
-      b.data = std::make_unique_for_overwrite<float[]>(n);
-      b.capacity = n;
-    }
-    return b.data.get();
-  }
-
- private:
-  struct Buffer {
-    std::unique_ptr<float[]> data;
-    size_t capacity = 0;
-  };
-  std::array<Buffer, 8> buffers_;
-};
-
-LayerActivations& ThisThreadsActivations() {
-  thread_local LayerActivations activations;
-  return activations;
-}
 
 // The row-wise kernels (RmsNorm, RoPE, SwiGLU) split a group's rows over the rank's pool only
 // from this many rows per part on: prefill chunks and large decode batches. A few rows are
@@ -73,10 +43,19 @@ void ForRowBlocks(WorkerPool* pool, int64_t rows, const WorkerPool::RangeFn& fn)
 
 }  // namespace
 
+float* LayerActivations::Get(size_t slot, size_t n) {
+  Buffer& b = buffers_[slot];
+  if (b.capacity < n) {
+    b.data = std::make_unique_for_overwrite<float[]>(n);
+    b.capacity = n;
+  }
+  return b.data.get();
+}
+
 absl::Status RunDecoderLayer(const LlamaModel& model, int layer, const LayerProjections& proj,
                              const ForwardOptions& options,
                              absl::Span<const BatchEntry* const> group, float* x, int64_t rows,
-                             const KvTap& tap) {
+                             LayerActivations& scratch, const KvTap& tap) {
   namespace k = kernels::cpu;
   const LlamaConfig& c = model.config();
   const LlamaLayerWeights& w = model.weights().layers[static_cast<size_t>(layer)];
@@ -85,7 +64,6 @@ absl::Status RunDecoderLayer(const LlamaModel& model, int layer, const LayerProj
   const int64_t q_dim = n_heads * hd, kv_dim = n_kv_heads * hd;
   const k::MatMulOptions& mm = options.matmul;
 
-  LayerActivations& scratch = ThisThreadsActivations();
   const auto n = [rows](int64_t width) { return static_cast<size_t>(rows * width); };
   float* const xb = scratch.Get(0, n(dim));
   float* const q = scratch.Get(1, n(q_dim));

@@ -127,6 +127,7 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
   }
   const int64_t rows = static_cast<int64_t>(all_tokens.size());
   std::vector<float> x(rows * dim);
+  LayerActivations activations;  // every layer's scratch, for this pass only
   ESTUARY_RETURN_IF_ERROR(k::Embedding(model.weights().embedding, all_tokens, x.data()));
   for (size_t e = 0; e < entries.size(); ++e) {
     if (entries[e].start_hidden == nullptr) continue;
@@ -191,7 +192,8 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
     if (group.rows > 0) {
       const std::vector<float> h_in = group.x;
       ESTUARY_RETURN_IF_ERROR(RunDecoderLayer(model, l, model.backbone_projections(l), options,
-                                              group.entries, group.x.data(), group.rows));
+                                              group.entries, group.x.data(), group.rows,
+                                              activations));
       int64_t row = 0;
       for (size_t g = 0; g < group.entries.size(); ++g) {
         const int64_t n = static_cast<int64_t>(group.entries[g]->tokens.size());
@@ -220,7 +222,8 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
         };
       }
       ESTUARY_RETURN_IF_ERROR(RunDecoderLayer(model, l, river->projections(l), options,
-                                              group.entries, group.x.data(), group.rows, tap));
+                                              group.entries, group.x.data(), group.rows,
+                                              activations, tap));
       Scatter(group, row_offset, dim, x);
     }
     if (options.on_layer_done) options.on_layer_done(l);
