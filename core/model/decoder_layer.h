@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -22,23 +22,43 @@ using KvTap = std::function<void(int group_index, const float* normed_input, con
                                  const float* v)>;
 
 // The activations of RunDecoderLayer's calls in one forward pass, owned by the pass
-// (ForwardBatch) and reused by each of its layers: a 512-token prefill chunk of a 1B model needs
-// 50 MiB of them, which allocated afresh per layer cost a page fault and a zero-fill per 4 KiB,
-// every layer (about a fifth of bench-prefill's time). Every buffer is written whole by its
-// kernel before it is read, so none is zeroed; a buffer grows to the largest call of the pass and
-// is freed with it, so a long-running worker holds none between steps.
+// (ForwardBatch), allocated once as one block for its largest group and reused by each of its
+// layers: a 512-token prefill chunk of a 1B model needs 50 MiB of them, which allocated afresh
+// per layer cost a page fault and a zero-fill per 4 KiB, every layer (about a fifth of
+// bench-prefill's time). Every buffer is written whole by its kernel before it is read, so a
+// large block is not zeroed. A large block is mapped from the kernel and unmapped at the pass's
+// end, so it never settles in a malloc arena (eight buffers grown one by one on the heap raised
+// a decode worker's RSS under load by 4-7% in the soak test); a decode step's few rows stay on
+// the heap.
 class LayerActivations {
  public:
-  static constexpr size_t kBuffers = 8;
-  // Buffer `slot` (< kBuffers), at least n floats, its contents undefined.
-  float* Get(size_t slot, size_t n);
+  // Room for groups of up to max_rows rows of `model`'s layers (its local shard's widths).
+  LayerActivations(const LlamaModel& model, int64_t max_rows);
+  ~LayerActivations();
+  LayerActivations(const LayerActivations&) = delete;
+  LayerActivations& operator=(const LayerActivations&) = delete;
+
+  int64_t max_rows() const { return max_rows_; }
+  // [max_rows][width] each: the normed input (dim), q, k, v, the attention output, the
+  // projection output (dim), gate and up (hidden).
+  float* xb() const { return at(0); }
+  float* q() const { return at(1); }
+  float* k() const { return at(2); }
+  float* v() const { return at(3); }
+  float* att() const { return at(4); }
+  float* proj_out() const { return at(5); }
+  float* gate() const { return at(6); }
+  float* up() const { return at(7); }
 
  private:
-  struct Buffer {
-    std::unique_ptr<float[]> data;
-    size_t capacity = 0;
-  };
-  std::array<Buffer, kBuffers> buffers_;
+  static constexpr size_t kBuffers = 8;
+  float* at(size_t i) const { return block_ + offsets_[i]; }
+
+  int64_t max_rows_;
+  std::array<size_t, kBuffers> offsets_{};
+  float* block_ = nullptr;
+  size_t mapped_bytes_ = 0;   // > 0: block_ is a private mapping of this many bytes
+  std::vector<float> small_;  // else block_ is this (a decode step's few rows)
 };
 
 // x holds the group's rows ([rows][dim], the tokens of `group` in order) and is updated in place:
