@@ -10,7 +10,6 @@
 namespace estuary {
 
 using kernels::cpu::AccumulateRows;
-using kernels::cpu::Dot;
 using kernels::cpu::ScoreRows;
 using kernels::cpu::Softmax;
 
@@ -21,7 +20,6 @@ struct AttentionShape {
   int start_pos, n_heads, n_kv_heads, head_dim, block, group;
   int64_t q_stride;
   float scale;
-  bool vector_rows;  // the AVX-512 row loops (attention_rows.h) serve this head size
 };
 
 // One work item: query t against KV head kvh, i.e. the `group` query heads that read it (every
@@ -41,25 +39,14 @@ void AttendOne(const float* q, const AttentionShape& a, int t, int kvh, const Kv
   thread_local std::vector<float> scores;
   scores.resize(static_cast<size_t>(n_group) * static_cast<size_t>(n_pos));
 
-  // Scores: each K row (one slot of one page) is read once for all heads of the group (the
-  // AVX-512 loops read a page's rows once per head, from L1).
+  // Scores: a page's K rows are read once per head of the group (from L1 after the first).
   for (int pi = 0; pi < n_pages; ++pi) {
     const float* kp = pool.k(layer, pages[static_cast<size_t>(pi)], kvh, shard);
     const int p0 = pi * a.block;
     const int slots = std::min(a.block, n_pos - p0);
-    if (a.vector_rows) {
-      for (int g = 0; g < n_group; ++g) {
-        ScoreRows(q0 + static_cast<int64_t>(g) * head_dim, kp, slots, head_dim, a.scale,
-                  scores.data() + static_cast<size_t>(g) * n_pos + p0);
-      }
-      continue;
-    }
-    for (int s = 0; s < slots; ++s) {
-      const float* krow = kp + static_cast<int64_t>(s) * head_dim;
-      for (int g = 0; g < n_group; ++g) {
-        scores[static_cast<size_t>(g) * n_pos + p0 + s] =
-            Dot(q0 + static_cast<int64_t>(g) * head_dim, krow, head_dim) * a.scale;
-      }
+    for (int g = 0; g < n_group; ++g) {
+      ScoreRows(q0 + static_cast<int64_t>(g) * head_dim, kp, slots, head_dim, a.scale,
+                scores.data() + static_cast<size_t>(g) * n_pos + p0);
     }
   }
   for (int g = 0; g < n_group; ++g) Softmax(scores.data() + static_cast<size_t>(g) * n_pos, n_pos);
@@ -70,20 +57,9 @@ void AttendOne(const float* q, const AttentionShape& a, int t, int kvh, const Kv
     const float* vp = pool.v(layer, pages[static_cast<size_t>(pi)], kvh, shard);
     const int p0 = pi * a.block;
     const int slots = std::min(a.block, n_pos - p0);
-    if (a.vector_rows) {
-      for (int g = 0; g < n_group; ++g) {
-        AccumulateRows(scores.data() + static_cast<size_t>(g) * n_pos + p0, vp, slots, head_dim,
-                       o0 + static_cast<int64_t>(g) * head_dim);
-      }
-      continue;
-    }
-    for (int s = 0; s < slots; ++s) {
-      const float* vrow = vp + static_cast<int64_t>(s) * head_dim;
-      for (int g = 0; g < n_group; ++g) {
-        const float w = scores[static_cast<size_t>(g) * n_pos + p0 + s];
-        float* oh = o0 + static_cast<int64_t>(g) * head_dim;
-        for (int i = 0; i < head_dim; ++i) oh[i] += w * vrow[i];
-      }
+    for (int g = 0; g < n_group; ++g) {
+      AccumulateRows(scores.data() + static_cast<size_t>(g) * n_pos + p0, vp, slots, head_dim,
+                     o0 + static_cast<int64_t>(g) * head_dim);
     }
   }
 }
@@ -109,7 +85,6 @@ void PagedAttention(const float* q, int n_queries, int start_pos, const KvPool& 
   a.group = std::max(1, n_heads / a.n_kv_heads);  // query heads per kv head
   a.q_stride = static_cast<int64_t>(n_heads) * a.head_dim;
   a.scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
-  a.vector_rows = kernels::cpu::AttentionRowsAvailable(a.head_dim);
   // KV heads that some query head reads (all of them when n_heads is a multiple, as required).
   const int kv_used = std::min(a.n_kv_heads, (n_heads + a.group - 1) / a.group);
   // Item i: query i / kv_used against KV head i % kv_used.

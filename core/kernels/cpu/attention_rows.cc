@@ -1,6 +1,7 @@
 // AttentionRows (attention_rows.h): AVX-512F intrinsics in functions compiled for that target
 // (function attributes, as in bf16_dot.cc), templated on the head size in 16-float vectors so
-// that a query head (up to 16 vectors) and its accumulators stay in registers.
+// that a query head (up to 16 vectors) and its accumulators stay in registers; portable loops for
+// the other CPUs and head sizes.
 //
 // ScoreRows takes four K rows at a time: four FMA chains over the head's vectors, then one
 // transposing reduction that sums all four rows' lanes at once (9 shuffles and adds for four
@@ -13,6 +14,8 @@
 #include <array>
 #include <cstddef>
 #include <utility>
+
+#include "core/kernels/cpu/kernels.h"
 
 namespace estuary::kernels::cpu {
 namespace {
@@ -112,7 +115,7 @@ constexpr auto kAccumulate = MakeAccumulateTable(std::make_integer_sequence<int,
 
 }  // namespace
 
-bool AttentionRowsAvailable(int head_dim) {
+bool AttentionRowsVectorized(int head_dim) {
   static const bool cpu = __builtin_cpu_supports("avx512f");
   return cpu && head_dim > 0 && head_dim % kLanes == 0 && head_dim <= kMaxVectors * kLanes;
 }
@@ -120,12 +123,26 @@ bool AttentionRowsAvailable(int head_dim) {
 void ScoreRows(const float* q, const float* k, int n_rows, int head_dim, float scale,
                float* scores) {
   if (n_rows <= 0) return;
-  kScore[static_cast<size_t>(head_dim / kLanes - 1)](q, k, n_rows, scale, scores);
+  if (AttentionRowsVectorized(head_dim)) {
+    kScore[static_cast<size_t>(head_dim / kLanes - 1)](q, k, n_rows, scale, scores);
+    return;
+  }
+  for (int p = 0; p < n_rows; ++p) {
+    scores[p] = Dot(q, k + static_cast<int64_t>(p) * head_dim, head_dim) * scale;
+  }
 }
 
 void AccumulateRows(const float* weights, const float* v, int n_rows, int head_dim, float* out) {
   if (n_rows <= 0) return;
-  kAccumulate[static_cast<size_t>(head_dim / kLanes - 1)](weights, v, n_rows, out);
+  if (AttentionRowsVectorized(head_dim)) {
+    kAccumulate[static_cast<size_t>(head_dim / kLanes - 1)](weights, v, n_rows, out);
+    return;
+  }
+  for (int p = 0; p < n_rows; ++p) {
+    const float w = weights[p];
+    const float* row = v + static_cast<int64_t>(p) * head_dim;
+    for (int i = 0; i < head_dim; ++i) out[i] += w * row[i];
+  }
 }
 
 }  // namespace estuary::kernels::cpu
