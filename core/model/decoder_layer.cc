@@ -3,7 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <new>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -25,7 +25,6 @@ absl::Status AddResidual(const ForwardOptions& options, float* x, absl::Span<flo
   for (size_t i = 0; i < y.size(); ++i) x[i] += y[i];
   return absl::OkStatus();
 }
-
 
 // The row-wise kernels (RmsNorm, RoPE, SwiGLU) split a group's rows over the rank's pool only
 // from this many rows per part on: prefill chunks and large decode batches. A few rows are
@@ -50,29 +49,52 @@ constexpr size_t kMappedBytes = size_t{256} << 10;
 
 }  // namespace
 
-LayerActivations::LayerActivations(const LlamaModel& model, int64_t max_rows)
-    : max_rows_(std::max<int64_t>(max_rows, 0)) {
-  const int64_t hd = model.config().head_dim;
-  const int64_t dim = model.config().dim, hidden = model.local_hidden_dim();
-  const int64_t q_dim = model.local_heads() * hd, kv_dim = model.local_kv_heads() * hd;
-  const std::array<int64_t, kBuffers> widths = {dim, q_dim, kv_dim, kv_dim, q_dim, dim, hidden,
-                                                hidden};
+LayerWidths LayerWidths::Of(const LlamaModel& model) {
+  LayerWidths w{};
+  w.n_heads = model.local_heads();
+  w.n_kv_heads = model.local_kv_heads();
+  w.head_dim = model.config().head_dim;
+  w.dim = model.config().dim;
+  w.q_dim = w.n_heads * w.head_dim;
+  w.kv_dim = w.n_kv_heads * w.head_dim;
+  w.hidden = model.local_hidden_dim();
+  return w;
+}
+
+absl::StatusOr<LayerActivations> LayerActivations::Allocate(const LlamaModel& model,
+                                                            int64_t max_rows) {
+  LayerActivations a(std::max<int64_t>(max_rows, 0));
+  const LayerWidths lw = LayerWidths::Of(model);
+  const std::array<int64_t, kBuffers> widths = {lw.dim,   lw.q_dim, lw.kv_dim, lw.kv_dim,
+                                                lw.q_dim, lw.dim,   lw.hidden, lw.hidden};
   size_t total = 0;
   for (size_t i = 0; i < kBuffers; ++i) {
-    offsets_[i] = total;
-    total += static_cast<size_t>(max_rows_ * widths[i]);
+    a.offsets_[i] = total;
+    total += static_cast<size_t>(a.max_rows_ * widths[i]);
   }
   const size_t bytes = std::max<size_t>(total, 1) * sizeof(float);
-  if (bytes >= kMappedBytes) {
-    void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mapped == MAP_FAILED) throw std::bad_alloc();
-    block_ = static_cast<float*>(mapped);
-    mapped_bytes_ = bytes;
-  } else {
-    small_.resize(total);
-    block_ = small_.data();
+  if (bytes < kMappedBytes) {
+    a.small_.resize(total);
+    a.block_ = a.small_.data();
+    return a;
   }
+  void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map ", bytes, " bytes of activations for ", a.max_rows_, " rows"));
+  }
+  a.block_ = static_cast<float*>(mapped);
+  a.mapped_bytes_ = bytes;
+  return a;
 }
+
+// small_'s buffer moves with it (a moved vector keeps its storage), so block_ stays valid.
+LayerActivations::LayerActivations(LayerActivations&& other) noexcept
+    : max_rows_(other.max_rows_),
+      offsets_(other.offsets_),
+      block_(std::exchange(other.block_, nullptr)),
+      mapped_bytes_(std::exchange(other.mapped_bytes_, 0)),
+      small_(std::move(other.small_)) {}
 
 LayerActivations::~LayerActivations() {
   if (mapped_bytes_ > 0) munmap(block_, mapped_bytes_);
@@ -85,14 +107,14 @@ absl::Status RunDecoderLayer(const LlamaModel& model, int layer, const LayerProj
   namespace k = kernels::cpu;
   const LlamaConfig& c = model.config();
   const LlamaLayerWeights& w = model.weights().layers[static_cast<size_t>(layer)];
-  const int64_t dim = c.dim, hidden = model.local_hidden_dim(), hd = c.head_dim;
-  const int n_heads = model.local_heads(), n_kv_heads = model.local_kv_heads();
-  const int64_t q_dim = n_heads * hd, kv_dim = n_kv_heads * hd;
+  const LayerWidths lw = LayerWidths::Of(model);
+  const int64_t dim = lw.dim, hidden = lw.hidden, q_dim = lw.q_dim, kv_dim = lw.kv_dim;
+  const int n_heads = lw.n_heads, n_kv_heads = lw.n_kv_heads;
   const k::MatMulOptions& mm = options.matmul;
 
   if (rows > scratch.max_rows()) {
-    return absl::InternalError(absl::StrCat("a layer call of ", rows, " rows in a pass sized for ",
-                                            scratch.max_rows()));
+    return absl::InternalError(
+        absl::StrCat("a layer call of ", rows, " rows in a pass sized for ", scratch.max_rows()));
   }
   float* const xb = scratch.xb();
   float* const q = scratch.q();
@@ -126,8 +148,7 @@ absl::Status RunDecoderLayer(const LlamaModel& model, int layer, const LayerProj
   ForRowBlocks(mm.pool, rows, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int pos = positions[static_cast<size_t>(r)];
-      k::ApplyRope(q + r * q_dim, n_heads, c.head_dim, pos, model.rope_inv_freq(),
-                   c.rope_style);
+      k::ApplyRope(q + r * q_dim, n_heads, c.head_dim, pos, model.rope_inv_freq(), c.rope_style);
       k::ApplyRope(kk + r * kv_dim, n_kv_heads, c.head_dim, pos, model.rope_inv_freq(),
                    c.rope_style);
     }
@@ -140,10 +161,7 @@ absl::Status RunDecoderLayer(const LlamaModel& model, int layer, const LayerProj
       e.kv->Write(layer, e.start_pos + static_cast<int>(t), kk + (row + t) * kv_dim,
                   vv + (row + t) * kv_dim);
     }
-    if (tap) {
-      tap(static_cast<int>(g), xb + row * dim, kk + row * kv_dim,
-          vv + row * kv_dim);
-    }
+    if (tap) tap(static_cast<int>(g), xb + row * dim, kk + row * kv_dim, vv + row * kv_dim);
     e.kv->Attend(layer, q + row * q_dim, static_cast<int>(n), e.start_pos, n_heads,
                  att + row * q_dim, mm.pool);
     row += n;

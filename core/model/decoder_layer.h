@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/model/forward_batch.h"
 #include "core/model/linear.h"
@@ -20,6 +21,15 @@ namespace estuary {
 // RoPE'd K and V rows of the sequence's tokens ([n][dim], [n][kv_dim], [n][kv_dim]).
 using KvTap = std::function<void(int group_index, const float* normed_input, const float* k,
                                  const float* v)>;
+
+// The widths of one decoder layer on this rank (its local shard of heads and MLP columns), read
+// once from the model by RunDecoderLayer and by LayerActivations, which sizes its buffers by them.
+struct LayerWidths {
+  int n_heads, n_kv_heads;
+  int64_t head_dim, dim, q_dim, kv_dim, hidden;
+
+  static LayerWidths Of(const LlamaModel& model);
+};
 
 // The activations of RunDecoderLayer's calls in one forward pass, owned by the pass
 // (ForwardBatch), allocated once as one block for its largest group and reused by each of its
@@ -33,10 +43,13 @@ using KvTap = std::function<void(int group_index, const float* normed_input, con
 class LayerActivations {
  public:
   // Room for groups of up to max_rows rows of `model`'s layers (its local shard's widths).
-  LayerActivations(const LlamaModel& model, int64_t max_rows);
+  // RESOURCE_EXHAUSTED when the kernel refuses the mapping.
+  static absl::StatusOr<LayerActivations> Allocate(const LlamaModel& model, int64_t max_rows);
   ~LayerActivations();
+  LayerActivations(LayerActivations&& other) noexcept;
   LayerActivations(const LayerActivations&) = delete;
   LayerActivations& operator=(const LayerActivations&) = delete;
+  LayerActivations& operator=(LayerActivations&&) = delete;
 
   int64_t max_rows() const { return max_rows_; }
   // [max_rows][width] each: the normed input (dim), q, k, v, the attention output, the
@@ -52,6 +65,7 @@ class LayerActivations {
 
  private:
   static constexpr size_t kBuffers = 8;
+  explicit LayerActivations(int64_t max_rows) : max_rows_(max_rows) {}
   float* at(size_t i) const { return block_ + offsets_[i]; }
 
   int64_t max_rows_;

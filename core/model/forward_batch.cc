@@ -127,7 +127,8 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
   }
   const int64_t rows = static_cast<int64_t>(all_tokens.size());
   std::vector<float> x(rows * dim);
-  LayerActivations activations(model, rows);  // every layer's scratch, for this pass only
+  // Every layer's scratch, for this pass only.
+  ESTUARY_ASSIGN_OR_RETURN(LayerActivations activations, LayerActivations::Allocate(model, rows));
   ESTUARY_RETURN_IF_ERROR(k::Embedding(model.weights().embedding, all_tokens, x.data()));
   for (size_t e = 0; e < entries.size(); ++e) {
     if (entries[e].start_hidden == nullptr) continue;
