@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -23,6 +24,8 @@ TEST(CpuBackendTest, AllocatesCopiesAndChecksRanges) {
   EXPECT_EQ((*backend)->Copy(*a, 40, *b, 0, 32, **stream).code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ((*backend)->Allocate(8, MemoryKind::kDevice).status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*backend)->Allocate(8, MemoryKind::kMappedFile).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Weights and KV blocks are streamed every step: blocks of 1 MiB and more start on a 2 MiB
@@ -39,6 +42,20 @@ TEST(BufferTest, LargeHostBlocksAreHugePageAlignedAndZeroed) {
   ASSERT_FALSE(small.empty());
   EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 64, 0u);
   EXPECT_EQ(static_cast<const uint8_t*>(small.data())[99], 0);
+}
+
+// The loader's copies of mapped weights: the same bytes in the same kind of block.
+TEST(BufferTest, CopyToHostCopiesIntoHugePageAlignedBlocks) {
+  std::vector<uint8_t> source((size_t{2} << 20) + 3);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<uint8_t>(i * 31 + 7);
+  Buffer copy = Buffer::CopyToHost(source.data(), source.size());
+  ASSERT_FALSE(copy.empty());
+  EXPECT_EQ(copy.size(), source.size());
+  EXPECT_EQ(copy.memory_kind(), MemoryKind::kHost);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(copy.data()) % (uintptr_t{2} << 20), 0u);
+  EXPECT_EQ(std::memcmp(copy.data(), source.data(), source.size()), 0);
+  Buffer empty_copy = Buffer::CopyToHost(source.data(), 0);
+  EXPECT_FALSE(empty_copy.empty());
 }
 
 TEST(RegistryTest, CudaDeviceIsUnavailableOrUnimplementedWithoutGpu) {

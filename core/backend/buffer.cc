@@ -17,6 +17,12 @@ Buffer Buffer::AllocateHost(size_t size) {
   return Buffer(data, size, Device::Cpu(), MemoryKind::kHost, [](void* p) { std::free(p); });
 }
 
+Buffer Buffer::CopyToHost(const void* data, size_t size) {
+  void* copy = CopyToStreamedMemory(data, size);
+  if (copy == nullptr) return Buffer();
+  return Buffer(copy, size, Device::Cpu(), MemoryKind::kHost, [](void* p) { std::free(p); });
+}
+
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
     Reset();

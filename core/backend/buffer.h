@@ -24,6 +24,9 @@ class Buffer {
   // Zero-filled host memory, 64-byte aligned, and 2 MiB aligned on huge pages from 1 MiB up
   // (core/common/streamed_memory.h). Returns an empty buffer when allocation fails.
   static Buffer AllocateHost(size_t size);
+  // The same kind of host memory holding a copy of data[0, size), not zero-filled first. Returns
+  // an empty buffer when allocation fails.
+  static Buffer CopyToHost(const void* data, size_t size);
 
   ~Buffer() { Reset(); }
   Buffer(Buffer&& other) noexcept { *this = std::move(other); }

@@ -8,8 +8,10 @@ namespace estuary {
 
 enum class DeviceKind : uint8_t { kCpu, kCuda };
 
-// Host memory is plain or page-locked (for fast device copies); device memory is on a GPU.
-enum class MemoryKind : uint8_t { kHost, kPinnedHost, kDevice };
+// Host memory is plain or page-locked (for fast device copies), or a read-only view of a
+// memory-mapped file (weights served from the checkpoint, never allocated by a backend); device
+// memory is on a GPU.
+enum class MemoryKind : uint8_t { kHost, kPinnedHost, kMappedFile, kDevice };
 
 struct Device {
   DeviceKind kind = DeviceKind::kCpu;

@@ -14,4 +14,8 @@ namespace estuary {
 // allocation fails.
 void* AllocateStreamedMemory(size_t bytes);
 
+// The same kind of block holding a copy of src[0, bytes): the copy is its first touch (no zero
+// fill before it). nullptr when the allocation fails.
+void* CopyToStreamedMemory(const void* src, size_t bytes);
+
 }  // namespace estuary

@@ -18,10 +18,6 @@ namespace {
 
 constexpr int64_t kHeaderBytes = 7 * 4;
 
-absl::Status Annotate(const std::string& path, const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
-}
-
 // Hands out consecutive f32 tensors of the mapping. Sizes were checked against the file first.
 class Cursor {
  public:

@@ -311,9 +311,12 @@ absl::StatusOr<Tensor> SafetensorsTensor(std::shared_ptr<const MappedFile> file,
                         entry.shape);
   }
   // Misaligned for its element type (legal in safetensors): copy into aligned memory.
-  ESTUARY_ASSIGN_OR_RETURN(Tensor copy, Tensor::Zeros(entry.dtype, entry.shape));
-  std::memcpy(copy.mutable_raw(), file->data() + offset, bytes);
-  return copy;
+  auto copy = std::make_shared<Buffer>(Buffer::CopyToHost(file->data() + offset, bytes));
+  if (copy->empty()) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes for ",
+                                                     Quoted(entry.name)));
+  }
+  return Tensor::View(std::move(copy), 0, entry.dtype, entry.shape);
 }
 
 }  // namespace estuary

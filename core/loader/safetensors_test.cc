@@ -262,6 +262,8 @@ TEST(SafetensorsRoundTripTest, MisalignedDataIsCopied) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(tensor->raw()) % 4, 0u);
   EXPECT_EQ(tensor->data<float>()[0], 1.5f);
   EXPECT_EQ(tensor->data<float>()[1], -2.25f);
+  // The loader's own copy: the model loader leaves it where it is (no second copy).
+  EXPECT_FALSE(tensor->in_file_mapping());
 }
 
 TEST(SafetensorsRoundTripTest, UnsupportedDtypeIsReportedAtLoad) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -12,6 +13,7 @@
 #include "core/common/worker_pool.h"
 #include "core/kvcache/kv_pool.h"
 #include "core/kvcache/sequence_kv.h"
+#include "core/loader/hf_writer.h"
 #include "core/model/forward_batch.h"
 #include "core/model/generator.h"
 #include "core/model/kv_cache.h"
@@ -218,6 +220,8 @@ TEST(ModelLoaderTest, WeightsAreCopiedOutOfTheFileMappingUnlessAskedNotTo) {
     EXPECT_EQ(MappingOf(t->raw()).find("model.bin"), std::string::npos) << t->DebugString();
   }
   EXPECT_EQ(r.lm_head.raw(), r.embedding.raw());  // still tied
+  EXPECT_TRUE(m.layers[0].wq.in_file_mapping());
+  EXPECT_FALSE(r.layers[0].wq.in_file_mapping());
 
   const int vocab = resident->model->config().vocab_size;
   std::vector<float> logits_r(vocab), logits_m(vocab);
@@ -228,6 +232,30 @@ TEST(ModelLoaderTest, WeightsAreCopiedOutOfTheFileMappingUnlessAskedNotTo) {
   ASSERT_TRUE(resident->model->Forward(prompt, 0, *cache_r, absl::MakeSpan(logits_r)).ok());
   ASSERT_TRUE(mapped->model->Forward(prompt, 0, *cache_m, absl::MakeSpan(logits_m)).ok());
   EXPECT_EQ(logits_r, logits_m);
+}
+
+// The same from a Hugging Face folder (safetensors views of the file).
+TEST(ModelLoaderTest, HuggingFaceWeightsLeaveTheMappingUnlessAskedNotTo) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "estuary_model_loader_hf" / "stories260K";
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(ConvertLlama2cToHf(kStories260K, dir.string(), DType::kF32).ok());
+  LoadOptions mapped_options;
+  mapped_options.copy_mapped_weights = false;
+  auto mapped = LoadModel(dir.string(), mapped_options);
+  auto resident = LoadModel(dir.string());
+  ASSERT_TRUE(mapped.ok() && resident.ok());
+  const LlamaLayerWeights& m = mapped->model->weights().layers[0];
+  const LlamaLayerWeights& r = resident->model->weights().layers[0];
+  for (const Tensor* t : {&m.wq, &m.wk, &m.w_down}) {
+    EXPECT_TRUE(t->in_file_mapping()) << t->DebugString();
+    EXPECT_NE(MappingOf(t->raw()).find("model.safetensors"), std::string::npos);
+  }
+  for (const Tensor* t : {&r.wq, &r.wk, &r.wv, &r.wo, &r.w_gate, &r.w_up, &r.w_down}) {
+    EXPECT_FALSE(t->in_file_mapping()) << t->DebugString();
+    EXPECT_EQ(MappingOf(t->raw()).find("model.safetensors"), std::string::npos);
+  }
+  std::filesystem::remove_all(dir.parent_path());
 }
 
 TEST(ModelLoaderTest, MissingPathIsNotFound) {

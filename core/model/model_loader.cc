@@ -45,17 +45,17 @@ absl::Status CheckLoadDType(DType dtype) {
 }
 
 // One weight as the model keeps it: converted to `dtype` when set and different (a new
-// allocation), else copied out of the file mapping into streamed memory when `copy` is set.
+// allocation), else copied out of the file mapping into streamed memory when `copy` is set. A
+// weight the checkpoint reader already copied (a misaligned safetensors tensor) is in such memory
+// and stays where it is.
 absl::Status PlaceWeight(Tensor& tensor, std::optional<DType> dtype, bool copy) {
   if (!tensor.defined()) return absl::OkStatus();
   if (dtype && tensor.dtype() != *dtype) {
     ESTUARY_ASSIGN_OR_RETURN(tensor, ConvertDType(tensor, *dtype));
     return absl::OkStatus();
   }
-  if (!copy) return absl::OkStatus();
-  ESTUARY_ASSIGN_OR_RETURN(Tensor resident, Tensor::Zeros(tensor.dtype(), tensor.shape()));
-  std::memcpy(resident.mutable_raw(), tensor.raw(), tensor.nbytes());
-  tensor = std::move(resident);
+  if (!copy || !tensor.in_file_mapping()) return absl::OkStatus();
+  ESTUARY_ASSIGN_OR_RETURN(tensor, Tensor::HostCopy(tensor));
   return absl::OkStatus();
 }
 

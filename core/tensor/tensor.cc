@@ -31,6 +31,18 @@ absl::StatusOr<Tensor> Tensor::Zeros(DType dtype, Shape shape) {
   return View(std::move(buffer), 0, dtype, std::move(shape));
 }
 
+absl::StatusOr<Tensor> Tensor::HostCopy(const Tensor& source) {
+  if (!source.defined() || !source.device().is_cpu()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot host-copy ", source.DebugString()));
+  }
+  auto buffer = std::make_shared<Buffer>(Buffer::CopyToHost(source.raw(), source.nbytes()));
+  if (buffer->empty()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", source.nbytes(), " bytes"));
+  }
+  return View(std::move(buffer), 0, source.dtype(), source.shape());
+}
+
 absl::StatusOr<Tensor> Tensor::View(std::shared_ptr<Buffer> storage, size_t byte_offset,
                                     DType dtype, Shape shape) {
   auto numel = CheckedNumel(shape);

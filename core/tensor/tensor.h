@@ -30,6 +30,9 @@ class Tensor {
 
   // Zero-filled host tensor. RESOURCE_EXHAUSTED when memory cannot be had.
   static absl::StatusOr<Tensor> Zeros(DType dtype, Shape shape);
+  // A host copy of `source` (a host tensor) in its own memory (Buffer::CopyToHost).
+  // RESOURCE_EXHAUSTED when memory cannot be had.
+  static absl::StatusOr<Tensor> HostCopy(const Tensor& source);
   // A view of `storage` from `byte_offset`; fails when the view would not fit.
   static absl::StatusOr<Tensor> View(std::shared_ptr<Buffer> storage, size_t byte_offset,
                                      DType dtype, Shape shape);
@@ -42,6 +45,10 @@ class Tensor {
   int64_t numel() const { return numel_; }
   size_t nbytes() const { return DTypeBytes(dtype_, static_cast<size_t>(numel_)); }
   Device device() const { return storage_ ? storage_->device() : Device::Cpu(); }
+  // True when the tensor is a view of a memory-mapped file (a weight served from its checkpoint).
+  bool in_file_mapping() const {
+    return storage_ != nullptr && storage_->memory_kind() == MemoryKind::kMappedFile;
+  }
 
   const void* raw() const { return static_cast<const uint8_t*>(storage_->data()) + offset_; }
   void* mutable_raw() { return static_cast<uint8_t*>(storage_->data()) + offset_; }

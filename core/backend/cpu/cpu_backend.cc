@@ -18,6 +18,9 @@ absl::StatusOr<Buffer> CpuBackend::Allocate(size_t bytes, MemoryKind kind) {
   if (kind == MemoryKind::kDevice) {
     return absl::InvalidArgumentError("the CPU backend has no device memory");
   }
+  if (kind == MemoryKind::kMappedFile) {
+    return absl::InvalidArgumentError("a file mapping is made by mapping a file, not allocated");
+  }
   Buffer buffer = Buffer::AllocateHost(bytes);
   if (buffer.empty()) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " host bytes"));

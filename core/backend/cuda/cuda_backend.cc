@@ -47,6 +47,9 @@ class CudaBackend final : public Backend {
   std::string name() const override { return absl::StrCat("cuda:", ordinal_); }
 
   absl::StatusOr<Buffer> Allocate(size_t bytes, MemoryKind kind) override {
+    if (kind == MemoryKind::kMappedFile) {
+      return absl::InvalidArgumentError("a file mapping is made by mapping a file, not allocated");
+    }
     ESTUARY_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
     void* data = nullptr;
     if (kind == MemoryKind::kDevice) {
