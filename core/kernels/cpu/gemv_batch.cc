@@ -19,6 +19,12 @@
 // tokens on the kernel is compute-bound: its weight rate is at most 2 bytes * 58e9 / n_tokens,
 // ~29 GB/s at 4 tokens and ~7.3 GB/s at 16. Measured (bench/gemv_benchmark, medians): 23-26 GB/s
 // (0.77-0.94 of streaming) at 4 tokens, 6.5-6.8 GB/s (0.22-0.24, ~90% of the FMA bound) at 16.
+// Zen 5 (EPYC VM) issues two 512-bit FMAs per cycle (6.6 G/s measured); with a 128 x 2048 weight
+// in L2 this kernel runs at about 80% of that at 4 tokens (42-45 GB/s), 65% at 5 (28-30) and 70%
+// at 16 (~10.5); from DRAM, one thread, 4 and 5 tokens read 14-18 GB/s (stream 25-30). Tried
+// without a gain beyond this VM's noise (A/B runs interleaved, best of five): forced unrolling of
+// the tile, x interleaved so that a tile's tokens are one stream, the tile as raw intrinsics, an
+// even-then-odd order with half the weight registers, and prefetching only the start of each row.
 //
 // bf16 uses the same trick as gemv.cc: 2N bf16 loaded as N u32 lanes give the even-indexed
 // elements by `lane << 16` and the odd-indexed ones by `lane & 0xffff0000`, so x is copied once
