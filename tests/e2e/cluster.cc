@@ -159,7 +159,7 @@ void Cluster::WaitUntilRegistered() {
 }
 
 Generated Generate(estuary::v1::Inference::Stub& stub, const estuary::v1::GenerateRequest& request,
-                   grpc::ClientContext* context) {
+                   grpc::ClientContext* context, std::atomic<int>* streaming) {
   grpc::ClientContext local;
   if (context == nullptr) {
     context = &local;
@@ -168,8 +168,11 @@ Generated Generate(estuary::v1::Inference::Stub& stub, const estuary::v1::Genera
   auto reader = stub.Generate(context, request);
   Generated out;
   estuary::v1::GenerateResponse response;
+  bool counted = false;  // `streaming` incremented
   while (reader->Read(&response)) {
     if (response.has_chunk()) {
+      if (streaming != nullptr && !counted) streaming->fetch_add(1);
+      counted = true;
       out.ids.insert(out.ids.end(), response.chunk().token_ids().begin(),
                      response.chunk().token_ids().end());
       out.logprobs.insert(out.logprobs.end(), response.chunk().logprobs().begin(),

@@ -3,6 +3,7 @@
 // estuary-decode processes with the tiny real models, called through the public
 // estuary.v1.Inference API. Shared by cluster_test (CPU) and gpu_cluster_test (workers on GPUs).
 
+#include <atomic>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -100,8 +101,10 @@ struct Generated {
 // does not answer.
 int FreePages(const std::string& address, bool decode, const std::string& cluster_token = "");
 
-// Streams one Generate call to the end (a minute's deadline unless `context` brings one).
+// Streams one Generate call to the end (a minute's deadline unless `context` brings one). When
+// `streaming` is given it is incremented once the first token chunk arrives (the router then
+// counts the call among its streams), so a test can wait for streams to be running.
 Generated Generate(estuary::v1::Inference::Stub& stub, const estuary::v1::GenerateRequest& request,
-                   grpc::ClientContext* context = nullptr);
+                   grpc::ClientContext* context = nullptr, std::atomic<int>* streaming = nullptr);
 
 }  // namespace estuary::testing

@@ -187,13 +187,18 @@ TEST(LimitsTest, IdleConnectionsDoNotBlockAndStreamsOverTheCapAreRefused) {
   long_request.mutable_sampling()->set_ignore_eos(true);  // 30 steps of 100 ms: 3 s
   std::vector<std::thread> long_streams;
   std::vector<t::Generated> long_results(4);
+  std::atomic<int> streaming{0};
   for (int i = 0; i < 4; ++i) {
     long_streams.emplace_back([&, i] {
-      long_results[static_cast<size_t>(i)] = t::Generate(cluster.stub(), long_request);
+      long_results[static_cast<size_t>(i)] =
+          t::Generate(cluster.stub(), long_request, nullptr, &streaming);
     });
   }
-  // Wait until the router counts four streams: each has its first token by then.
-  absl::SleepFor(absl::Seconds(1));
+  // Wait until the router counts four streams: each has had its first token. (A fixed second
+  // was not always enough beside other tests on two cores: the fifth call was then admitted.)
+  const absl::Time wait_until = absl::Now() + absl::Seconds(20);
+  while (streaming.load() < 4 && absl::Now() < wait_until) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_EQ(streaming.load(), 4) << cluster.Logs();
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
   start = absl::Now();
