@@ -11,16 +11,17 @@ std::string Device::ToString() const {
   return kind == DeviceKind::kCpu ? std::string("cpu") : absl::StrCat("cuda:", ordinal);
 }
 
+Buffer Buffer::OwnStreamedBlock(void* block, size_t size) {
+  if (block == nullptr) return Buffer();
+  return Buffer(block, size, Device::Cpu(), MemoryKind::kHost, [](void* p) { std::free(p); });
+}
+
 Buffer Buffer::AllocateHost(size_t size) {
-  void* data = AllocateStreamedMemory(size);
-  if (data == nullptr) return Buffer();
-  return Buffer(data, size, Device::Cpu(), MemoryKind::kHost, [](void* p) { std::free(p); });
+  return OwnStreamedBlock(AllocateStreamedMemory(size), size);
 }
 
 Buffer Buffer::CopyToHost(const void* data, size_t size) {
-  void* copy = CopyToStreamedMemory(data, size);
-  if (copy == nullptr) return Buffer();
-  return Buffer(copy, size, Device::Cpu(), MemoryKind::kHost, [](void* p) { std::free(p); });
+  return OwnStreamedBlock(CopyToStreamedMemory(data, size), size);
 }
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {

@@ -41,6 +41,9 @@ class Buffer {
   bool empty() const { return data_ == nullptr; }
 
  private:
+  // Takes `block` (from core/common/streamed_memory.h, freed with std::free) as a host buffer of
+  // `size` bytes; an empty buffer when `block` is null.
+  static Buffer OwnStreamedBlock(void* block, size_t size);
   void Reset();
 
   void* data_ = nullptr;

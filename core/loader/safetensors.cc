@@ -1,7 +1,6 @@
 #include "core/loader/safetensors.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <set>
@@ -311,12 +310,12 @@ absl::StatusOr<Tensor> SafetensorsTensor(std::shared_ptr<const MappedFile> file,
                         entry.shape);
   }
   // Misaligned for its element type (legal in safetensors): copy into aligned memory.
-  auto copy = std::make_shared<Buffer>(Buffer::CopyToHost(file->data() + offset, bytes));
-  if (copy->empty()) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes for ",
-                                                     Quoted(entry.name)));
+  absl::StatusOr<Tensor> copy = Tensor::HostCopyOf(file->data() + offset, entry.dtype, entry.shape);
+  if (!copy.ok()) {
+    return absl::Status(copy.status().code(),
+                        absl::StrCat(Quoted(entry.name), ": ", copy.status().message()));
   }
-  return Tensor::View(std::move(copy), 0, entry.dtype, entry.shape);
+  return copy;
 }
 
 }  // namespace estuary

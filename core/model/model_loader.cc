@@ -1,6 +1,5 @@
 #include "core/model/model_loader.h"
 
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -55,7 +54,9 @@ absl::Status PlaceWeight(Tensor& tensor, std::optional<DType> dtype, bool copy) 
     return absl::OkStatus();
   }
   if (!copy || !tensor.in_file_mapping()) return absl::OkStatus();
-  ESTUARY_ASSIGN_OR_RETURN(tensor, Tensor::HostCopy(tensor));
+  // A file mapping is host memory, so raw() can be read here.
+  ESTUARY_ASSIGN_OR_RETURN(tensor,
+                           Tensor::HostCopyOf(tensor.raw(), tensor.dtype(), tensor.shape()));
   return absl::OkStatus();
 }
 

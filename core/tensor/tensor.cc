@@ -31,16 +31,15 @@ absl::StatusOr<Tensor> Tensor::Zeros(DType dtype, Shape shape) {
   return View(std::move(buffer), 0, dtype, std::move(shape));
 }
 
-absl::StatusOr<Tensor> Tensor::HostCopy(const Tensor& source) {
-  if (!source.defined() || !source.device().is_cpu()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot host-copy ", source.DebugString()));
-  }
-  auto buffer = std::make_shared<Buffer>(Buffer::CopyToHost(source.raw(), source.nbytes()));
+absl::StatusOr<Tensor> Tensor::HostCopyOf(const void* data, DType dtype, Shape shape) {
+  auto numel = CheckedNumel(shape);
+  if (!numel.ok()) return numel.status();
+  const size_t bytes = DTypeBytes(dtype, static_cast<size_t>(*numel));
+  auto buffer = std::make_shared<Buffer>(Buffer::CopyToHost(data, bytes));
   if (buffer->empty()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate ", source.nbytes(), " bytes"));
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
   }
-  return View(std::move(buffer), 0, source.dtype(), source.shape());
+  return View(std::move(buffer), 0, dtype, std::move(shape));
 }
 
 absl::StatusOr<Tensor> Tensor::View(std::shared_ptr<Buffer> storage, size_t byte_offset,

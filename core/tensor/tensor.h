@@ -30,9 +30,10 @@ class Tensor {
 
   // Zero-filled host tensor. RESOURCE_EXHAUSTED when memory cannot be had.
   static absl::StatusOr<Tensor> Zeros(DType dtype, Shape shape);
-  // A host copy of `source` (a host tensor) in its own memory (Buffer::CopyToHost).
-  // RESOURCE_EXHAUSTED when memory cannot be had.
-  static absl::StatusOr<Tensor> HostCopy(const Tensor& source);
+  // A host tensor of `dtype` and `shape` in its own memory (Buffer::CopyToHost), holding a copy of
+  // the bytes at `data` (as many as the shape needs). RESOURCE_EXHAUSTED when memory cannot be
+  // had.
+  static absl::StatusOr<Tensor> HostCopyOf(const void* data, DType dtype, Shape shape);
   // A view of `storage` from `byte_offset`; fails when the view would not fit.
   static absl::StatusOr<Tensor> View(std::shared_ptr<Buffer> storage, size_t byte_offset,
                                      DType dtype, Shape shape);
