@@ -159,6 +159,14 @@ int PortOf(const std::string& address) {
 
 // C14: 1,000 idle connections do not block a new request; streams over the cap are refused at
 // once (not queued on a thread) and a slot frees when a stream ends.
+// `count` once it reaches `want` (streams that have their first token, counted by the calls'
+// threads), or its value when `wait` has passed.
+int CountWithin(const std::atomic<int>& count, int want, absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  while (count.load() < want && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  return count.load();
+}
+
 TEST(LimitsTest, IdleConnectionsDoNotBlockAndStreamsOverTheCapAreRefused) {
   struct rlimit files {};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
@@ -196,9 +204,7 @@ TEST(LimitsTest, IdleConnectionsDoNotBlockAndStreamsOverTheCapAreRefused) {
   }
   // Wait until the router counts four streams: each has had its first token. (A fixed second
   // was not always enough beside other tests on two cores: the fifth call was then admitted.)
-  const absl::Time wait_until = absl::Now() + absl::Seconds(20);
-  while (streaming.load() < 4 && absl::Now() < wait_until) absl::SleepFor(absl::Milliseconds(5));
-  ASSERT_EQ(streaming.load(), 4) << cluster.Logs();
+  ASSERT_EQ(CountWithin(streaming, 4, absl::Seconds(20)), 4) << cluster.Logs();
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
   start = absl::Now();
@@ -380,9 +386,7 @@ TEST(LimitsTest, IdleHttpConnectionsDoNotBlockAndSseStreamsOverTheCapAreRefused)
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&, i] { streams[static_cast<size_t>(i)] = StreamOverHttp(http, 40, &streaming); });
   }
-  const absl::Time wait_until = absl::Now() + absl::Seconds(20);
-  while (streaming.load() < 4 && absl::Now() < wait_until) absl::SleepFor(absl::Milliseconds(5));
-  ASSERT_EQ(streaming.load(), 4) << cluster.Logs();
+  ASSERT_EQ(CountWithin(streaming, 4, absl::Seconds(20)), 4) << cluster.Logs();
   start = absl::Now();
   const SseResult refused = StreamOverHttp(http, 40);
   const absl::Duration refused_in = absl::Now() - start;
