@@ -157,8 +157,6 @@ int PortOf(const std::string& address) {
   return absl::SimpleAtoi(parts.back(), &port) ? port : 0;
 }
 
-// C14: 1,000 idle connections do not block a new request; streams over the cap are refused at
-// once (not queued on a thread) and a slot frees when a stream ends.
 // `count` once it reaches `want` (streams that have their first token, counted by the calls'
 // threads), or its value when `wait` has passed.
 int CountWithin(const std::atomic<int>& count, int want, absl::Duration wait) {
@@ -167,6 +165,8 @@ int CountWithin(const std::atomic<int>& count, int want, absl::Duration wait) {
   return count.load();
 }
 
+// C14: 1,000 idle connections do not block a new request; streams over the cap are refused at
+// once (not queued on a thread) and a slot frees when a stream ends.
 TEST(LimitsTest, IdleConnectionsDoNotBlockAndStreamsOverTheCapAreRefused) {
   struct rlimit files {};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
