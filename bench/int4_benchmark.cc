@@ -27,6 +27,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -258,8 +259,35 @@ int main(int argc, char** argv) {
   bool json = false;
   size_t pool_mib = 1024;
   size_t int4_mib = 256;
-  std::vector<char*> args =
-      ParseArgs(argc, argv, json, {{"--pool_mib=", &pool_mib}, {"--int4_mib=", &int4_mib}});
+  // --int4_path=auto|highway|vnni|avx2: the kernel to time (Int4Path; default auto). Taken out
+  // of argv before the size flags and Google Benchmark's are parsed.
+  std::vector<char*> kept = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--int4_path=", 0) != 0) {
+      kept.push_back(argv[i]);
+      continue;
+    }
+    const std::string name = arg.substr(12);
+    const std::pair<const char*, estuary::Int4Path> paths[] = {
+        {"auto", estuary::Int4Path::kAuto},
+        {"highway", estuary::Int4Path::kHighway},
+        {"vnni", estuary::Int4Path::kVnni},
+        {"avx2", estuary::Int4Path::kAvx2}};
+    bool known = false;
+    for (const auto& [path_name, path] : paths) {
+      if (name == path_name) {
+        estuary::SetInt4MatMulPath(path);
+        known = true;
+      }
+    }
+    if (!known) {
+      std::fprintf(stderr, "--int4_path: use auto, highway, vnni or avx2\n");
+      return 1;
+    }
+  }
+  std::vector<char*> args = ParseArgs(static_cast<int>(kept.size()), kept.data(), json,
+                                      {{"--pool_mib=", &pool_mib}, {"--int4_mib=", &int4_mib}});
   if (pool_mib < 64 || int4_mib < 16) {
     std::fprintf(stderr, "--pool_mib must be >= 64 and --int4_mib >= 16\n");
     return 1;

@@ -18,8 +18,8 @@ ABSL_FLAG(double, exit_threshold, 0.9, "default exit threshold τ; above 1 disab
 ABSL_FLAG(int, min_backbone_layers, 1, "exit is considered only after this many layers");
 ABSL_FLAG(int, max_backbone_layers, -1, "forced exit after this many layers; -1 = none");
 ABSL_FLAG(std::string, int4_kernel, "auto",
-          "the river's int4 matmul: auto, vnni (int8 activations; CPUs with AVX512-VNNI) or "
-          "highway (int16 activations)");
+          "the river's int4 matmul: auto, vnni (int8 activations; CPUs with AVX512-VNNI), avx2 "
+          "(int8 activations; CPUs with AVX2) or highway (int16 activations)");
 
 namespace estuary::cli {
 namespace {
@@ -34,8 +34,14 @@ absl::StatusOr<Int4Path> Int4KernelFlag() {
     }
     return Int4Path::kVnni;
   }
+  if (name == "avx2") {
+    if (!Int4Avx2Available()) {
+      return absl::FailedPreconditionError("--int4-kernel=avx2: this CPU has no AVX2 + FMA + F16C");
+    }
+    return Int4Path::kAvx2;
+  }
   return absl::InvalidArgumentError(
-      absl::StrCat("--int4-kernel=", name, ": use auto, vnni or highway"));
+      absl::StrCat("--int4-kernel=", name, ": use auto, vnni, avx2 or highway"));
 }
 
 }  // namespace

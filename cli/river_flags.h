@@ -9,8 +9,9 @@
 //   --exit-threshold T       default τ (a request may set its own); above 1 disables exit
 //   --min-backbone-layers N  exit is considered only after this many layers
 //   --max-backbone-layers N  forced exit after this many layers (-1: none)
-//   --int4-kernel K          auto, vnni (int8 activations, AVX512-VNNI) or highway (int16
-//                            activations, any CPU): the river's int4 matmul, process-wide
+//   --int4-kernel K          auto, vnni (int8 activations, AVX512-VNNI), avx2 (int8
+//                            activations, AVX2) or highway (int16 activations, any CPU): the
+//                            river's int4 matmul, process-wide
 
 #include "absl/status/statusor.h"
 #include "cli/river_options.h"

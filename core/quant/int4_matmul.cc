@@ -42,6 +42,7 @@
 #include "core/common/worker_pool.h"
 #include "core/quant/int4_matmul.h"
 #include "core/quant/int4_kernel_common.h"
+#include "core/quant/int4_matmul_avx2.h"
 #include "core/quant/int4_matmul_vnni.h"
 #include "core/quant/int4_matrix.h"
 #include "hwy/aligned_allocator.h"
@@ -433,9 +434,17 @@ Prepared Prepare(const Int4Matrix& w, const float* x, int64_t n_tokens) {
 
 std::atomic<Int4Path> g_path{Int4Path::kAuto};
 
+// kAuto: VNNI, else AVX2 int8, else Highway. A path forced where the CPU lacks it runs Highway
+// (the CLI refuses such a flag up front: cli/river_flags.cc).
 bool UseVnni() {
   const Int4Path path = g_path.load(std::memory_order_relaxed);
-  return path != Int4Path::kHighway && int4_vnni::Available();
+  return (path == Int4Path::kAuto || path == Int4Path::kVnni) && int4_vnni::Available();
+}
+
+bool UseAvx2() {
+  const Int4Path path = g_path.load(std::memory_order_relaxed);
+  return (path == Int4Path::kAuto || path == Int4Path::kAvx2) && !UseVnni() &&
+         int4_avx2::Available();
 }
 
 }  // namespace
@@ -443,6 +452,7 @@ bool UseVnni() {
 
 void SetInt4MatMulPath(Int4Path path) { int4_kernel::g_path.store(path); }
 bool Int4VnniAvailable() { return int4_vnni::Available(); }
+bool Int4Avx2Available() { return int4_avx2::Available(); }
 bool Int4MatMulUsesVnni() { return int4_kernel::UseVnni(); }
 
 void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y) {
@@ -456,6 +466,7 @@ void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y,
   if (w.layout() == Int4Layout::kGroupLanes || int4_kernel::UseVnni()) {
     return int4_vnni::MatMul(w, x, n_tokens, y, pool);
   }
+  if (int4_kernel::UseAvx2()) return int4_avx2::MatMul(w, x, n_tokens, y, pool);
   const int4_kernel::Prepared p = int4_kernel::Prepare(w, x, n_tokens);
   pool.ParallelFor(w.n_tiles(), [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(int4_kernel::TilesImpl)(w, p, begin, end, y);
@@ -464,6 +475,7 @@ void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y,
 
 const char* Int4MatMulTargetName() {
   if (int4_kernel::UseVnni()) return "AVX512_VNNI";
+  if (int4_kernel::UseAvx2()) return "AVX2_INT8";
   return HWY_DYNAMIC_DISPATCH(int4_kernel::TargetNameImpl)();
 }
 

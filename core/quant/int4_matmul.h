@@ -8,10 +8,11 @@
 // n_tokens is. Highway runtime dispatch (AVX-512, AVX2, SSE4, SSSE3, scalar); nibbles are
 // unpacked in registers.
 //
-// Two paths (chosen at run time, see SetInt4MatMulPath): on CPUs with AVX512-VNNI the int8 path
-// of int4_matmul_vnni.h (activations to int8 per group, vpdpbusd; bound: error <= e/2 per
-// activation, e = max |x| over the group / 127, i.e. the formula below with 127 for 32767);
-// elsewhere the Highway path described here.
+// Three paths (chosen at run time, see SetInt4MatMulPath): on CPUs with AVX512-VNNI the int8
+// path of int4_matmul_vnni.h (activations to int8 per group, vpdpbusd; bound: error <= e/2 per
+// activation, e = max |x| over the group / 127, i.e. the formula below with 127 for 32767); on
+// CPUs with AVX2 but no AVX512-VNNI the same numerics on 256-bit vectors (int4_matmul_avx2.h,
+// vpmaddubsw); elsewhere the Highway path described here.
 //
 // Numerics (int4_matmul.cc): each token's x is rounded once per call to int16 per weight group,
 // with step e = max |x| over the group / 32767, i.e. 16-bit activations as in W4A16. Within a
@@ -42,16 +43,20 @@ namespace estuary {
 void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y);
 void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y, WorkerPool& pool);
 
-// Name of the path Int4MatMul runs on this machine: "AVX512_VNNI" (int4_matmul_vnni.h: int8
-// activations, error per activation <= e/2 with e = max|x| over the group / 127) or the Highway
-// target ("AVX3", "AVX2", ...: int16 activations as above).
+// Name of the path Int4MatMul runs on this machine: "AVX512_VNNI" (int4_matmul_vnni.h) or
+// "AVX2_INT8" (int4_matmul_avx2.h), both int8 activations, error per activation <= e/2 with
+// e = max|x| over the group / 127, or the Highway target ("AVX3", "AVX2", ...: int16 activations
+// as above).
 const char* Int4MatMulTargetName();
 
-// Which path Int4MatMul takes: kAuto = VNNI where the CPU has avx512vnni, else Highway. For
-// tests and benchmarks (process-wide; set it before concurrent calls, not during them).
-enum class Int4Path { kAuto, kHighway, kVnni };
+// Which path Int4MatMul takes: kAuto = VNNI where the CPU has avx512vnni, else AVX2 int8 where it
+// has avx2 + fma + f16c, else Highway; kVnni / kAvx2 take that path where the CPU has it, else
+// Highway. For tests and benchmarks (process-wide; set it before
+// concurrent calls, not during them).
+enum class Int4Path { kAuto, kHighway, kVnni, kAvx2 };
 void SetInt4MatMulPath(Int4Path path);
 bool Int4VnniAvailable();
+bool Int4Avx2Available();
 // True when Int4MatMul takes the VNNI path for a kBlocks matrix now (the path setting and the
 // CPU); Int4Matrix::Quantize's Int4Layout::kAuto writes kGroupLanes only then.
 bool Int4MatMulUsesVnni();

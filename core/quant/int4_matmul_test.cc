@@ -27,10 +27,11 @@ using quant_test::RandomWeights;
 constexpr double kTolerance = 2e-5;
 
 // The Highway path rounds x to int16 per (token, group): x_i = x16_i · e_g + δ_i with
-// |δ_i| <= e_g / 2, e_g = max_{i∈g} |x_i| / 32767; the VNNI path to int8 (e_g = max / 127). The
-// extra error is at most Σ_g |s_g| e_g / 2 · Σ_{i∈g} q_i.
+// |δ_i| <= e_g / 2, e_g = max_{i∈g} |x_i| / 32767; the VNNI and AVX2 paths to int8
+// (e_g = max / 127). The extra error is at most Σ_g |s_g| e_g / 2 · Σ_{i∈g} q_i.
 double Int16Bound(const Int4Matrix& w, const float* x, int64_t row) {
-  const double levels = std::string(Int4MatMulTargetName()) == "AVX512_VNNI" ? 127.0 : 32767.0;
+  const std::string path = Int4MatMulTargetName();
+  const double levels = path == "AVX512_VNNI" || path == "AVX2_INT8" ? 127.0 : 32767.0;
   double bound = 0;
   for (int64_t g = 0; g < w.n_groups(); ++g) {
     double max_abs = 0, codes = 0;
@@ -178,19 +179,31 @@ TEST(Int4MatMulGroupTest, EverySupportedTarget) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
-  SetInt4MatMulPath(Int4Path::kAuto);
-  if (!Int4VnniAvailable()) {
-    std::printf("no AVX512-VNNI here: VNNI path not checked\n");
-    return;
-  }
-  EXPECT_EQ(std::string(Int4MatMulTargetName()), "AVX512_VNNI");
-  for (const Int4Matrix& w : matrices) {
-    for (int64_t n : {1, 2, 5, 9}) {
-      CheckAgainstReference(w, n, static_cast<uint32_t>(n),
-                            absl::StrCat("VNNI ", w.rows(), "x", w.cols(), " g", w.group_size(),
-                                         " n ", n));
+  // The int8 paths this CPU has, each forced in turn.
+  const struct {
+    Int4Path path;
+    const char* name;
+    bool available;
+  } int8_paths[] = {{Int4Path::kVnni, "AVX512_VNNI", Int4VnniAvailable()},
+                    {Int4Path::kAvx2, "AVX2_INT8", Int4Avx2Available()}};
+  for (const auto& p : int8_paths) {
+    if (!p.available) {
+      std::printf("this CPU cannot run %s: not checked\n", p.name);
+      continue;
+    }
+    SetInt4MatMulPath(p.path);
+    EXPECT_EQ(std::string(Int4MatMulTargetName()), p.name);
+    for (const Int4Matrix& w : matrices) {
+      // kGroupLanes matrices are read by the VNNI kernel whatever the setting.
+      if (w.layout() == Int4Layout::kGroupLanes && p.path != Int4Path::kVnni) continue;
+      for (int64_t n : {1, 2, 5, 9}) {
+        CheckAgainstReference(w, n, static_cast<uint32_t>(n),
+                              absl::StrCat(p.name, " ", w.rows(), "x", w.cols(), " g",
+                                           w.group_size(), " n ", n));
+      }
     }
   }
+  SetInt4MatMulPath(Int4Path::kAuto);
 }
 
 // Every group size through the Highway path too (the default path is VNNI where available).

@@ -7,7 +7,8 @@
 // So AND 0x0F gives the 64 codes of columns {0..31, 64..95} ("lo"), shift-by-4 + AND those of
 // {32..63, 96..127} ("hi"); a vpshufb per 16-byte lane then moves columns < 64 into int32 lanes
 // 0-1 and columns >= 64 into lanes 2-3 of each 128-bit lane, so every int32 lane's 4 products
-// belong to one group for every group size >= 32. The activations are permuted the same way.
+// belong to one group for every group size >= 32. The activations are permuted the same way
+// (int4_int8_path.h, PermutedIndex, shared with the AVX2 path).
 // At a group end the int32 sums are converted and folded into f32 with one FMA by a vector of
 // s_rg · e_tg (two groups blended with mask 0xCCCC at g32/g64).
 //
@@ -25,9 +26,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <memory>
 
+#include "core/quant/int4_int8_path.h"
 #include "core/quant/int4_kernel_common.h"
 
 #define ESTUARY_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
@@ -39,100 +39,34 @@ using int4_kernel_common::kBlockCols;
 using int4_kernel_common::kMaxChunkTokens;
 using int4_kernel_common::kParamStride;
 using int4_kernel_common::kTileRows;
-using int4_kernel_common::Scratch;
+using int4_int8::KernelArgs;
+using int4_int8::RowsFn;
 
-struct Prepared {
-  int64_t n_tokens = 0;
-  int64_t padded_groups = 0;  // token stride of xstep / xsum
-  const int8_t* x8 = nullptr;  // [n_blocks][n_tokens][128], permuted (PermutedIndex)
-  const float* xstep = nullptr;
-  const float* xsum = nullptr;
-};
-
-// Byte position of column c (0..127) of a block in the kernel's order: [lo 64 bytes][hi 64].
-constexpr int64_t PermutedIndex(int64_t c) {
-  const int64_t half = c / 64, within = c % 64;
-  const int64_t v = within / 32, jj = within % 32;
-  return v * 64 + 16 * (jj / 8) + jj % 8 + 8 * half;
+// Σ and max |x| over the first n - n % 16 of x; returns how many it covered (Int8Path).
+ESTUARY_VNNI_TARGET int64_t SumMaxAbs(const float* x, int64_t n, float* sum, float* max_abs) {
+  __m512 s = _mm512_setzero_ps(), m = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    s = _mm512_add_ps(s, v);
+    m = _mm512_max_ps(m, _mm512_abs_ps(v));
+  }
+  *sum = _mm512_reduce_add_ps(s);
+  *max_abs = _mm512_reduce_max_ps(m);
+  return i;
 }
 
-// x8 in the order of the matrix's layout: PermutedIndex per block for kBlocks, lanes per
-// group for kGroupLanes (`group_lanes`).
-ESTUARY_VNNI_TARGET void PrepareToken(const float* x, int64_t cols, int64_t group,
-                                      int64_t padded_cols, int64_t padded_groups, int8_t* x8,
-                                      int64_t block_stride, float* xstep, float* xsum,
-                                      int8_t* natural, bool group_lanes) {
-  for (int64_t g = 0; g < padded_groups; ++g) {
-    const int64_t begin = g * group, end = std::min(cols, begin + group);
-    if (begin >= cols) {
-      xstep[g] = 0.0f;
-      xsum[g] = 0.0f;
-      continue;
-    }
-    __m512 s = _mm512_setzero_ps(), m = _mm512_setzero_ps();
-    int64_t i = begin;
-    for (; i + 16 <= end; i += 16) {
-      const __m512 v = _mm512_loadu_ps(x + i);
-      s = _mm512_add_ps(s, v);
-      m = _mm512_max_ps(m, _mm512_abs_ps(v));
-    }
-    float ss = _mm512_reduce_add_ps(s), mm = _mm512_reduce_max_ps(m);
-    for (int64_t j = i; j < end; ++j) {
-      ss += x[j];
-      mm = std::max(mm, std::fabs(x[j]));
-    }
-    xsum[g] = ss;
-    xstep[g] = mm / 127.0f;
-    const float inv = mm > 0.0f ? 127.0f / mm : 0.0f;
-    const __m512 vinv = _mm512_set1_ps(inv);
-    for (i = begin; i + 16 <= end; i += 16) {
-      const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(natural + i), _mm512_cvtsepi32_epi8(q));
-    }
-    for (; i < end; ++i) {
-      const float v = std::min(127.0f, std::max(-127.0f, std::nearbyint(x[i] * inv)));
-      natural[i] = static_cast<int8_t>(v);
-    }
+// x · inv rounded to nearest even (the default rounding mode) into int8 with saturation, over
+// the first n - n % 16 of x; returns how many it covered (Int8Path).
+ESTUARY_VNNI_TARGET int64_t RoundToInt8(const float* x, int64_t n, float inv, int8_t* out) {
+  const __m512 vinv = _mm512_set1_ps(inv);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtsepi32_epi8(q));
   }
-  for (int64_t i = cols; i < padded_cols; ++i) natural[i] = 0;
-  if (group_lanes) {
-    // Block b = (superblock, step k) of a panel; per group, columns 8k..8k+3 go to lane L of the
-    // block's first 64 bytes, 8k+4..8k+7 to lane L of the second (int4_matrix.h).
-    const int64_t steps = group / 8;
-    for (int64_t col0 = 0; col0 < padded_cols; col0 += Int4Matrix::kPanelCols) {
-      const int64_t block0 = col0 / kBlockCols;
-      const int64_t panel_groups =
-          std::min<int64_t>(Int4Matrix::kPanelCols, padded_cols - col0) / group;
-      for (int64_t g = 0; g < panel_groups; ++g) {
-        const int8_t* src = natural + col0 + g * group;
-        for (int64_t k = 0; k < steps; ++k) {
-          int8_t* dst = x8 + (block0 + (g / 16) * steps + k) * block_stride + 4 * (g % 16);
-          std::memcpy(dst, src + 8 * k, 4);
-          std::memcpy(dst + 64, src + 8 * k + 4, 4);
-        }
-      }
-    }
-    return;
-  }
-  for (int64_t b = 0; b * kBlockCols < padded_cols; ++b) {
-    int8_t* dst = x8 + b * block_stride;
-    const int8_t* src = natural + b * kBlockCols;
-    for (int64_t c = 0; c < kBlockCols; c += 8) std::memcpy(dst + PermutedIndex(c), src + c, 8);
-  }
+  return i;
 }
-
-struct KernelArgs {
-  const float* scales;   // s_rg · e_tg at scales[(t * kTileRows + r) * kParamStride + g]
-  const float* offsets;  // m_rg at offsets[r * kParamStride + g]
-  int64_t n_groups16;
-  const int8_t* x8;      // block b, token t at x8 + b * x8_block_stride + t * 128
-  int64_t x8_block_stride;
-  const float* xsum;     // token t at xsum + t * x_stride
-  int64_t x_stride;
-  int64_t n_blocks;
-  int64_t blocks_per_group;  // kMode == 2
-  int64_t blocks_per_superblock;  // kGroupLanes: G / 8 blocks per 16 groups
-};
 
 ESTUARY_VNNI_TARGET inline __m512 Blend(const float* s, int64_t g_low, int64_t g_high) {
   return _mm512_mask_mov_ps(_mm512_set1_ps(s[g_low]), 0xCCCC, _mm512_set1_ps(s[g_high]));
@@ -266,8 +200,6 @@ ESTUARY_VNNI_TARGET __attribute__((noinline)) void LaneRows(const uint8_t* words
   for (int i = 0; i < kN; ++i) dots[i] = _mm512_reduce_add_ps(acc[i]);
 }
 
-using RowsFn = void (*)(const uint8_t*, const KernelArgs&, float*);
-
 template <int kR, int kT>
 RowsFn PickRows(const Int4Matrix& w) {
   if (w.layout() == Int4Layout::kGroupLanes) return &LaneRows<kR, kT>;
@@ -297,36 +229,14 @@ ESTUARY_VNNI_TARGET void LoadChunkParams(const uint16_t* src, int64_t n_groups,
   }
 }
 
-ESTUARY_VNNI_TARGET void CombineScales(const float* scales, int64_t n_groups16,
-                                       const float* xstep, int64_t x_stride, int chunk,
-                                       float* out) {
-  for (int t = 0; t < chunk; ++t) {
-    for (int64_t r = 0; r < kTileRows; ++r) {
-      const float* s = scales + r * kParamStride;
-      float* o = out + (t * kTileRows + r) * kParamStride;
-      for (int64_t g = 0; g < n_groups16; g += 16) {
-        _mm512_store_ps(o + g, _mm512_mul_ps(_mm512_load_ps(s + g),
-                                             _mm512_loadu_ps(xstep + t * x_stride + g)));
-      }
-    }
-  }
-}
-
-void PanelTiles(const Int4Matrix& w, int pi, const Prepared& p, int64_t tile_begin,
-                int64_t tile_end, float* y) {
-  const Int4Matrix::Panel& pn = w.panel(pi);
-  const bool gemv = p.n_tokens == 1;
-  const int64_t n_groups16 = (pn.n_groups + 15) / 16 * 16;
-  float* params = static_cast<float*>(
-      Scratch(0, static_cast<size_t>((2 + kMaxChunkTokens) * kTileRows * kParamStride) * 4));
-  float* combined = params + 2 * kTileRows * kParamStride;
-  // kGroupLanes batches: the tile's 4 rows x 2 tokens, so that the weights stream front to back
-  // (a 2-row pass touches every other 128 bytes and stalls on memory); the chunk is re-read from
-  // L1 for each further pair of tokens.
+// Rows × tokens per kernel call: the GEMV 4 rows × 1 token; kBlocks batches 2 rows × up to 4
+// tokens; kGroupLanes batches the tile's 4 rows × 2 tokens, so that the weights stream front to
+// back (a 2-row pass touches every other 128 bytes and stalls on memory); the chunk is re-read
+// from L1 for each further pair of tokens.
+void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int* token_step) {
   const bool lanes = w.layout() == Int4Layout::kGroupLanes;
-  const int row_step = gemv || lanes ? 4 : 2;
-  const int token_step = gemv ? 1 : lanes ? 2 : kMaxChunkTokens;
-  RowsFn fns[kMaxChunkTokens + 1] = {nullptr};
+  *row_step = gemv || lanes ? 4 : 2;
+  *token_step = gemv ? 1 : lanes ? 2 : kMaxChunkTokens;
   if (gemv) {
     fns[1] = PickRows<4, 1>(w);
   } else if (lanes) {
@@ -338,56 +248,9 @@ void PanelTiles(const Int4Matrix& w, int pi, const Prepared& p, int64_t tile_beg
     fns[3] = PickRows<2, 3>(w);
     fns[4] = PickRows<2, 4>(w);
   }
-  KernelArgs a;
-  a.n_groups16 = n_groups16;
-  a.x8_block_stride = p.n_tokens * kBlockCols;
-  a.x_stride = p.padded_groups;
-  a.n_blocks = pn.n_blocks;
-  a.blocks_per_group = std::max<int64_t>(1, w.group_size() / kBlockCols);
-  a.blocks_per_superblock = w.group_size() / 8;
-  int4_kernel_common::RunPanelTiles(
-      w, pi, p.n_tokens, tile_begin, tile_end, row_step, token_step, y,
-      [&](int64_t tile) {
-        LoadChunkParams(w.chunk_params(pi, tile), pn.n_groups, n_groups16, params);
-      },
-      [&](int64_t t0, int chunk) {
-        CombineScales(params, n_groups16, p.xstep + t0 * p.padded_groups + pn.group0,
-                      p.padded_groups, chunk, combined);
-        a.x8 = p.x8 + (pn.col0 / kBlockCols) * a.x8_block_stride + t0 * kBlockCols;
-        a.xsum = p.xsum + t0 * p.padded_groups + pn.group0;
-      },
-      [&](int64_t tile, int64_t r0, int chunk, float* dots) {
-        a.scales = combined + r0 * kParamStride;
-        a.offsets = params + (kTileRows + r0) * kParamStride;
-        const auto* nibbles = reinterpret_cast<const uint8_t*>(w.chunk_nibbles(pi, tile));
-        fns[chunk](nibbles + r0 * Int4Matrix::kBlockBytes, a, dots);
-      });
 }
 
-// Scratch slot 1 of the caller: [xsum][xstep][x8][natural].
-Prepared Prepare(const Int4Matrix& w, const float* x, int64_t n_tokens) {
-  Prepared p;
-  const int64_t cols = w.cols();
-  const int64_t padded_cols = w.n_blocks() * kBlockCols;
-  p.n_tokens = n_tokens;
-  p.padded_groups = (w.n_groups() + 15) / 16 * 16 + 16;
-  auto* base = static_cast<uint8_t*>(Scratch(
-      1, static_cast<size_t>(n_tokens * (8 * p.padded_groups + padded_cols) + padded_cols)));
-  float* xsum = reinterpret_cast<float*>(base);
-  float* xstep = xsum + n_tokens * p.padded_groups;
-  auto* x8 = reinterpret_cast<int8_t*>(xstep + n_tokens * p.padded_groups);
-  int8_t* natural = x8 + n_tokens * padded_cols;
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    PrepareToken(x + t * cols, cols, w.group_size(), padded_cols, p.padded_groups,
-                 x8 + t * kBlockCols, n_tokens * kBlockCols, xstep + t * p.padded_groups,
-                 xsum + t * p.padded_groups, natural,
-                 w.layout() == Int4Layout::kGroupLanes);
-  }
-  p.x8 = x8;
-  p.xstep = xstep;
-  p.xsum = xsum;
-  return p;
-}
+constexpr int4_int8::Int8Path kPath = {&SumMaxAbs, &RoundToInt8, &LoadChunkParams, &PickKernels};
 
 }  // namespace
 
@@ -400,11 +263,7 @@ bool Available() {
 }
 
 void MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y, WorkerPool& pool) {
-  if (w.empty() || n_tokens <= 0) return;
-  const Prepared p = Prepare(w, x, n_tokens);
-  pool.ParallelFor(w.n_tiles(), [&](int64_t begin, int64_t end) {
-    for (int pi = 0; pi < w.n_panels(); ++pi) PanelTiles(w, pi, p, begin, end, y);
-  });
+  int4_int8::MatMul(kPath, w, x, n_tokens, y, pool);
 }
 
 }  // namespace estuary::int4_vnni

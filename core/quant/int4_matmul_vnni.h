@@ -1,6 +1,7 @@
 #pragma once
 // The AVX512-VNNI path of Int4MatMul (int4_matmul.cc chooses it at run time when the CPU has
-// avx512vnni + avx512bw; the Highway path stays for every other CPU and for tests).
+// avx512vnni + avx512bw; int4_matmul_avx2.h where it has AVX2 only, the Highway path elsewhere
+// and for tests).
 //
 // Numerics: each token's x is rounded once per call to int8 per weight group, with step
 // e_tg = max_{i∈g} |x_ti| / 127 (symmetric), so each activation is off by at most e_tg / 2 and y

@@ -179,6 +179,8 @@ TEST(CommandFlagsRefusalTest, FlagsThatCannotApplyAreRefusedBeforeServing) {
        "exit rule 'sideways': use batch_min, split or all_passed"},
       {{decode, "--model", kModel, "--river", "--max-backbone-layers", "99"},
        "--max-backbone-layers = 99"},
+      {{Estuary(), "generate", "--model", kModel, "--river", "--int4-kernel", "sideways"},
+       "--int4-kernel=sideways: use auto, vnni, avx2 or highway"},
   };
   for (const RefusalCase& c : cases) {
     const ProcessResult result = RunCommand(c.argv);

@@ -1,0 +1,236 @@
+// Int4MatMul's AVX2 int8 path (see int4_matmul_avx2.h), for CPUs with AVX2 but no AVX512-VNNI
+// (AMD Zen 2/3, Intel before Ice Lake). Same block order, activation permutation and numerics as
+// the VNNI path (int4_matmul_vnni.cc, int4_int8_path.h), on 256-bit vectors: a 64-byte block
+// row is two 32-byte halves, each giving 32 "lo" codes (AND 0x0F) and 32 "hi" codes (shift by 4
+// + AND) put in group order by the same in-lane vpshufb. Where VNNI has one vpdpbusd per 64
+// codes, this path has vpmaddubsw (u8 codes × s8 activations, adjacent pairs summed into int16:
+// at most 2 · 15 · 127 = 3810, no saturation) and vpmaddwd by ones (pairs of int16 into int32).
+// The same int32 lane of the two halves holds columns of the same group, and for groups of 64
+// columns and more so do a lo and a hi lane, so the int16 pairs of a block are added first (at
+// most 4 · 3810 = 15240 < 2^15) and one vpmaddwd serves a block (two at g32).
+//
+// Kernels: kR rows × kT tokens of accumulators (the GEMV 4 rows × 1 token, batches 4 rows × 2
+// tokens; one row's codes live at a time, x re-read from L1 per row). Every (row, token)
+// runs the same operations in the same order whatever kR and kT are, so results are bitwise
+// independent of the batch.
+
+#include "core/quant/int4_matmul_avx2.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/quant/int4_int8_path.h"
+#include "core/quant/int4_kernel_common.h"
+
+#define ESTUARY_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+
+namespace estuary::int4_avx2 {
+namespace {
+
+using int4_int8::KernelArgs;
+using int4_int8::RowsFn;
+using int4_kernel_common::kBlockCols;
+using int4_kernel_common::kParamStride;
+using int4_kernel_common::kTileRows;
+
+ESTUARY_AVX2_TARGET inline float SumOfLanes(__m256 v) {
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_movehdup_ps(two)));
+}
+
+ESTUARY_AVX2_TARGET inline float MaxOfLanes(__m256 v) {
+  const __m128 four = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 two = _mm_max_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_max_ss(two, _mm_movehdup_ps(two)));
+}
+
+// Σ and max |x| over the first n - n % 8 of x; returns how many it covered (Int8Path).
+ESTUARY_AVX2_TARGET int64_t SumMaxAbs(const float* x, int64_t n, float* sum, float* max_abs) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 s = _mm256_setzero_ps(), m = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    s = _mm256_add_ps(s, v);
+    m = _mm256_max_ps(m, _mm256_and_ps(v, abs_mask));
+  }
+  *sum = SumOfLanes(s);
+  *max_abs = MaxOfLanes(m);
+  return i;
+}
+
+// x · inv rounded to nearest even (the default rounding mode) into int8, over the first
+// n - n % 32 of x; returns how many it covered (Int8Path).
+ESTUARY_AVX2_TARGET int64_t RoundToInt8(const float* x, int64_t n, float inv, int8_t* out) {
+  // packs_epi32 then packs_epi16 leave 4-value runs interleaved across the two 128-bit lanes.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256 vinv = _mm256_set1_ps(inv);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) {
+      q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * k), vinv));
+    }
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+                                             _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm256_permutevar8x32_epi32(bytes, order));
+  }
+  return i;
+}
+
+// The scale vectors of a block for the codes' lane order: int32 lanes 0-1 of each 128-bit lane
+// hold columns < 64 of the block, lanes 2-3 columns >= 64. g64: groups 2b, 2b + 1 as
+// (s0 s0 s1 s1) per 128-bit lane from one 8-byte broadcast; g32: lo codes groups 4b, 4b + 2 and
+// hi codes 4b + 1, 4b + 3 from one 16-byte broadcast.
+ESTUARY_AVX2_TARGET inline __m256 PairScales(const float* s) {
+  const __m256 pair = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(s)));
+  return _mm256_permute_ps(pair, _MM_SHUFFLE(1, 1, 0, 0));
+}
+
+// kMode: 0 = g32 (lo/hi sums apart, 4 groups a block), 1 = g64 (2 groups a block), 2 = groups
+// of >= 128 columns spanning blocks_per_group blocks. At g32 and g64 a block's int32 sums are
+// folded into f32 as they are made; wider groups sum blocks in int32 first.
+template <int kR, int kT, int kMode>
+ESTUARY_AVX2_TARGET __attribute__((noinline)) void Rows(const uint8_t* words,
+                                                         const KernelArgs& a, float* dots) {
+  constexpr int kN = kR * kT;
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i pattern = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                           0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  __m256i isum[kN];  // kMode 2: the group's int32 sums so far
+  __m256 acc[kN];
+  for (int i = 0; i < kN; ++i) {
+    isum[i] = _mm256_setzero_si256();
+    acc[i] = _mm256_setzero_ps();
+  }
+  for (int64_t blk = 0; blk < a.n_blocks; ++blk) {
+    const int8_t* xb = a.x8 + blk * a.x8_block_stride;
+    const uint8_t* wb = words + blk * kTileRows * Int4Matrix::kBlockBytes;
+    const bool flush = kMode < 2 || (blk + 1) % a.blocks_per_group == 0 || blk + 1 == a.n_blocks;
+    // Row by row, so that one row's codes are live at a time (16 registers); x is re-read from
+    // L1 per row.
+    for (int r = 0; r < kR; ++r) {
+      // codes[2h] / codes[2h + 1]: the lo / hi codes of half h (bytes [32h, 32h + 32) of the
+      // row's block), paired with x8 bytes [32h, 32h + 32) / [64 + 32h, 96 + 32h)
+      // (PermutedIndex).
+      __m256i codes[4];
+      for (int h = 0; h < 2; ++h) {
+        const __m256i w = _mm256_load_si256(
+            reinterpret_cast<const __m256i*>(wb + r * Int4Matrix::kBlockBytes + 32 * h));
+        codes[2 * h] = _mm256_shuffle_epi8(_mm256_and_si256(w, mask), pattern);
+        codes[2 * h + 1] =
+            _mm256_shuffle_epi8(_mm256_and_si256(_mm256_srli_epi16(w, 4), mask), pattern);
+      }
+      for (int t = 0; t < kT; ++t) {
+        const int i = r * kT + t;
+        const int8_t* xt = xb + t * kBlockCols;
+        __m256i p[4];
+        for (int h = 0; h < 2; ++h) {
+          p[2 * h] = _mm256_maddubs_epi16(
+              codes[2 * h], _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + 32 * h)));
+          p[2 * h + 1] = _mm256_maddubs_epi16(
+              codes[2 * h + 1],
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + 64 + 32 * h)));
+        }
+        const float* s = a.scales + (t * kTileRows + r) * kParamStride;
+        // The two halves' int32 lanes hold the same groups: their int16 pairs add first.
+        if constexpr (kMode == 0) {
+          const __m256i lo = _mm256_madd_epi16(_mm256_add_epi16(p[0], p[2]), ones);
+          const __m256i hi = _mm256_madd_epi16(_mm256_add_epi16(p[1], p[3]), ones);
+          const __m256 four = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(s + 4 * blk));
+          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo),
+                                   _mm256_permute_ps(four, _MM_SHUFFLE(2, 2, 0, 0)), acc[i]);
+          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi),
+                                   _mm256_permute_ps(four, _MM_SHUFFLE(3, 3, 1, 1)), acc[i]);
+        } else {
+          const __m256i sum = _mm256_madd_epi16(
+              _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])), ones);
+          if constexpr (kMode == 1) {
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), PairScales(s + 2 * blk), acc[i]);
+          } else {
+            isum[i] = _mm256_add_epi32(isum[i], sum);
+            if (flush) {
+              acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]),
+                                       _mm256_set1_ps(s[blk / a.blocks_per_group]), acc[i]);
+              isum[i] = _mm256_setzero_si256();
+            }
+          }
+        }
+      }
+    }
+  }
+  for (int r = 0; r < kR; ++r) {
+    const float* off = a.offsets + r * kParamStride;
+    for (int t = 0; t < kT; ++t) {
+      __m256 total = acc[r * kT + t];
+      const float* xsum = a.xsum + t * a.x_stride;
+      for (int64_t g = 0; g < a.n_groups16; g += 8) {
+        total = _mm256_fmadd_ps(_mm256_load_ps(off + g), _mm256_loadu_ps(xsum + g), total);
+      }
+      dots[r * kT + t] = SumOfLanes(total);
+    }
+  }
+}
+
+template <int kR, int kT>
+RowsFn PickRows(const Int4Matrix& w) {
+  if (w.group_size() == 32) return &Rows<kR, kT, 0>;
+  if (w.group_size() == 64) return &Rows<kR, kT, 1>;
+  return &Rows<kR, kT, 2>;
+}
+
+// f16 params of a chunk to f32 [8][kParamStride], zero from n_groups to n_groups16 (plain loads
+// where 8 are whole, see the VNNI path's LoadChunkParams for why).
+ESTUARY_AVX2_TARGET void LoadChunkParams(const uint16_t* src, int64_t n_groups,
+                                         int64_t n_groups16, float* out) {
+  for (int64_t row = 0; row < 2 * kTileRows; ++row) {
+    const uint16_t* in = src + row * n_groups;
+    float* dst = out + row * kParamStride;
+    for (int64_t g = 0; g < n_groups16; g += 8) {
+      const int64_t n = std::clamp<int64_t>(n_groups - g, 0, 8);
+      alignas(16) uint16_t part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      const uint16_t* from = in + g;
+      if (n < 8) {
+        std::copy(in + g, in + g + n, part);
+        from = part;
+      }
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from));
+      _mm256_store_ps(dst + g, _mm256_cvtph_ps(h));
+    }
+  }
+}
+
+// Rows × tokens per kernel call: the tile's 4 rows, so that the weights stream front to back;
+// 1 token for the GEMV, 2 for batches (the tile's chunk re-read from L1 per further pair). On a
+// Zen 3 VM (int4_benchmark, 1B shapes, one thread, best of two rounds) batches of 4 ran at
+// 4.9-5.3 GB/s this way against 3.7-3.9 at 1 row × 4 tokens; 2 × 2 and 2 × 4 lay between.
+// kBlocks matrices only (kGroupLanes is written only where VNNI runs).
+void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int* token_step) {
+  *row_step = 4;
+  *token_step = gemv ? 1 : 2;
+  fns[1] = PickRows<4, 1>(w);
+  fns[2] = PickRows<4, 2>(w);
+}
+
+constexpr int4_int8::Int8Path kPath = {&SumMaxAbs, &RoundToInt8, &LoadChunkParams, &PickKernels};
+
+}  // namespace
+
+bool Available() {
+  static const bool available = __builtin_cpu_supports("avx2") &&
+                                __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return available;
+}
+
+void MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y, WorkerPool& pool) {
+  int4_int8::MatMul(kPath, w, x, n_tokens, y, pool);
+}
+
+}  // namespace estuary::int4_avx2
