@@ -131,16 +131,18 @@ HWY_INLINE void StoreTile(const float* HWY_RESTRICT out, size_t rows, float* HWY
 
 // Runs `runner.Run<T, kPrefetch>(t)` over the `nt` tokens of a chunk: full tiles of kTileTokens,
 // then one tile of the remainder. Only the first tile prefetches the next row block: it is the
-// one that reads the current block from memory, the others find it in L1/L2. With AVX-512 a
-// lone remainder token joins the last full tile instead (a 4 x 5 tile: 20 accumulators, 8
-// weight and 2 x vectors fit the 32 registers): a one-token tile is bound by its loads and
-// costs almost as much as a full one (a verification pass of 4 drafts and the bonus row is 5
-// tokens). Each (row, token) accumulates in the same order whatever its tile, so the tiling
-// changes no bit of y.
+// one that reads the current block from memory, the others find it in L1/L2. A lone remainder
+// token joins the last full tile instead (AVX-512: a 4 x 5 tile, 20 accumulators, 8 weight and
+// 2 x vectors in the 32 registers; AVX2: 2 x 5, 10 + 4 + 2 in the 16; SSE4 and below keep the
+// one-token tile): a one-token tile is bound by its loads and widens the weights again, costing
+// almost as much as a full one (a verification pass of 4 drafts and the bonus row is 5 tokens).
+// On a Zen 3 VM (AVX2) the lossless mode's verification pass went from 1.23-1.67 to 1.05-1.52
+// full steps with the merge (four alternating runs each; a noisy host). Each (row, token)
+// accumulates in the same order whatever its tile, so the tiling changes no bit of y.
 template <class Runner>
 HWY_INLINE void ForEachTokenTile(size_t nt, const Runner& runner) {
   constexpr size_t kTile = static_cast<size_t>(kTileTokens);
-  const bool merge_last = HWY_MAX_BYTES >= 64 && nt > kTile && nt % kTile == 1;
+  const bool merge_last = HWY_MAX_BYTES >= 32 && nt > kTile && nt % kTile == 1;
   const size_t full_tiles_end = merge_last ? nt - kTile - 1 : nt - nt % kTile;
   size_t t = 0;
   if (full_tiles_end > 0) {
