@@ -26,8 +26,8 @@
 #include <cstdio>
 #include <iterator>
 #include <string>
+#include <optional>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -268,23 +268,12 @@ int main(int argc, char** argv) {
       kept.push_back(argv[i]);
       continue;
     }
-    const std::string name = arg.substr(12);
-    const std::pair<const char*, estuary::Int4Path> paths[] = {
-        {"auto", estuary::Int4Path::kAuto},
-        {"highway", estuary::Int4Path::kHighway},
-        {"vnni", estuary::Int4Path::kVnni},
-        {"avx2", estuary::Int4Path::kAvx2}};
-    bool known = false;
-    for (const auto& [path_name, path] : paths) {
-      if (name == path_name) {
-        estuary::SetInt4MatMulPath(path);
-        known = true;
-      }
-    }
-    if (!known) {
+    const std::optional<estuary::Int4Path> path = estuary::Int4PathFromName(arg.substr(12));
+    if (!path.has_value()) {
       std::fprintf(stderr, "--int4_path: use auto, highway, vnni or avx2\n");
       return 1;
     }
+    estuary::SetInt4MatMulPath(*path);
   }
   std::vector<char*> args = ParseArgs(static_cast<int>(kept.size()), kept.data(), json,
                                       {{"--pool_mib=", &pool_mib}, {"--int4_mib=", &int4_mib}});

@@ -1,5 +1,6 @@
 #include "cli/river_flags.h"
 
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -26,22 +27,18 @@ namespace {
 
 absl::StatusOr<Int4Path> Int4KernelFlag() {
   const std::string name = absl::GetFlag(FLAGS_int4_kernel);
-  if (name == "auto") return Int4Path::kAuto;
-  if (name == "highway") return Int4Path::kHighway;
-  if (name == "vnni") {
-    if (!Int4VnniAvailable()) {
-      return absl::FailedPreconditionError("--int4-kernel=vnni: this CPU has no AVX512-VNNI");
-    }
-    return Int4Path::kVnni;
+  const std::optional<Int4Path> path = Int4PathFromName(name);
+  if (!path.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--int4-kernel=", name, ": use auto, vnni, avx2 or highway"));
   }
-  if (name == "avx2") {
-    if (!Int4Avx2Available()) {
-      return absl::FailedPreconditionError("--int4-kernel=avx2: this CPU has no AVX2 + FMA + F16C");
-    }
-    return Int4Path::kAvx2;
+  if (*path == Int4Path::kVnni && !Int4VnniAvailable()) {
+    return absl::FailedPreconditionError("--int4-kernel=vnni: this CPU has no AVX512-VNNI");
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--int4-kernel=", name, ": use auto, vnni, avx2 or highway"));
+  if (*path == Int4Path::kAvx2 && !Int4Avx2Available()) {
+    return absl::FailedPreconditionError("--int4-kernel=avx2: this CPU has no AVX2 + FMA + F16C");
+  }
+  return *path;
 }
 
 }  // namespace

@@ -113,21 +113,6 @@ Prepared Prepare(const Int8Path& path, const Int4Matrix& w, const float* x, int6
   return p;
 }
 
-// out[(t * kTileRows + r) * kParamStride + g] = scales[r * kParamStride + g] ·
-// xstep[t * x_stride + g] for t < chunk: each (row, token)'s s_rg · e_tg, once per tile and
-// token chunk (a plain loop the compiler vectorizes; a few hundred products per 4-row tile).
-void CombineScales(const float* scales, int64_t n_groups16, const float* xstep,
-                   int64_t x_stride, int chunk, float* out) {
-  for (int t = 0; t < chunk; ++t) {
-    for (int64_t r = 0; r < kTileRows; ++r) {
-      const float* s = scales + r * kParamStride;
-      const float* e = xstep + t * x_stride;
-      float* o = out + (t * kTileRows + r) * kParamStride;
-      for (int64_t g = 0; g < n_groups16; ++g) o[g] = s[g] * e[g];
-    }
-  }
-}
-
 void PanelTiles(const Int8Path& path, const Int4Matrix& w, int pi, const Prepared& p,
                 int64_t tile_begin, int64_t tile_end, float* y) {
   const Int4Matrix::Panel& pn = w.panel(pi);
@@ -151,8 +136,8 @@ void PanelTiles(const Int8Path& path, const Int4Matrix& w, int pi, const Prepare
         path.load_chunk_params(w.chunk_params(pi, tile), pn.n_groups, n_groups16, params);
       },
       [&](int64_t t0, int chunk) {
-        CombineScales(params, n_groups16, p.xstep + t0 * p.padded_groups + pn.group0,
-                      p.padded_groups, chunk, combined);
+        int4_kernel_common::CombineScales(params, n_groups16, p.xstep + t0 * p.padded_groups + pn.group0,
+                                          p.padded_groups, chunk, combined);
         a.x8 = p.x8 + (pn.col0 / kBlockCols) * a.x8_block_stride + t0 * kBlockCols;
         a.xsum = p.xsum + t0 * p.padded_groups + pn.group0;
       },

@@ -32,6 +32,13 @@ inline void* Scratch(int slot, size_t bytes) {
   return buffers[slot].get();
 }
 
+// out[(t * kTileRows + r) * kParamStride + g] = scales[r * kParamStride + g] ·
+// xstep[t * x_stride + g] for t < chunk, g < n_groups16 (a multiple of 16): each (row, token)'s
+// s_rg · e_tg, once per tile and token chunk. Every path's; defined in int4_matmul.cc (Highway
+// dispatch).
+void CombineScales(const float* scales, int64_t n_groups16, const float* xstep, int64_t x_stride,
+                   int chunk, float* out);
+
 // Tiles [tile_begin, tile_end) of panel `pi` of y = W x over `n_tokens` tokens: per tile
 // load_params(tile); per chunk of up to `token_step` tokens from t0, combine(t0, chunk); per
 // `row_step` rows from r0, run(tile, r0, chunk, dots) fills dots[(r - r0) * chunk + t]. y[t][row]

@@ -36,6 +36,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -405,6 +407,7 @@ namespace int4_kernel {
 HWY_EXPORT(TilesImpl);
 HWY_EXPORT(PrepareTokenImpl);
 HWY_EXPORT(TargetNameImpl);
+HWY_EXPORT(CombineScales);
 
 namespace {
 
@@ -449,6 +452,24 @@ bool UseAvx2() {
 
 }  // namespace
 }  // namespace int4_kernel
+
+namespace int4_kernel_common {
+
+void CombineScales(const float* scales, int64_t n_groups16, const float* xstep, int64_t x_stride,
+                   int chunk, float* out) {
+  HWY_DYNAMIC_DISPATCH(int4_kernel::CombineScales)(scales, n_groups16, xstep, x_stride, chunk,
+                                                   out);
+}
+
+}  // namespace int4_kernel_common
+
+std::optional<Int4Path> Int4PathFromName(std::string_view name) {
+  if (name == "auto") return Int4Path::kAuto;
+  if (name == "highway") return Int4Path::kHighway;
+  if (name == "vnni") return Int4Path::kVnni;
+  if (name == "avx2") return Int4Path::kAvx2;
+  return std::nullopt;
+}
 
 void SetInt4MatMulPath(Int4Path path) { int4_kernel::g_path.store(path); }
 bool Int4VnniAvailable() { return int4_vnni::Available(); }

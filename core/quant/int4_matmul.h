@@ -33,6 +33,8 @@
 // cores are busy).
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "core/common/worker_pool.h"
 #include "core/quant/int4_matrix.h"
@@ -54,6 +56,9 @@ const char* Int4MatMulTargetName();
 // Highway. For tests and benchmarks (process-wide; set it before
 // concurrent calls, not during them).
 enum class Int4Path { kAuto, kHighway, kVnni, kAvx2 };
+// "auto", "highway", "vnni" or "avx2" (the --int4-kernel and int4_benchmark names); nullopt for
+// any other name.
+std::optional<Int4Path> Int4PathFromName(std::string_view name);
 void SetInt4MatMulPath(Int4Path path);
 bool Int4VnniAvailable();
 bool Int4Avx2Available();
