@@ -93,6 +93,16 @@ ESTUARY_AVX2_TARGET inline __m256 PairScales(const float* s) {
   return _mm256_permute_ps(pair, _MM_SHUFFLE(1, 1, 0, 0));
 }
 
+// Software prefetch distance of the weight stream: 8 blocks of a 4-row tile ahead (into the next
+// tile's chunk near a chunk's end), as on the VNNI path. The hardware prefetcher alone does not
+// keep far enough ahead of a kernel this busy: on a Zen 3 VM a standalone loop of this kernel
+// over a linear stream read 10.0 GB/s on one thread against a 13.2 GB/s plain read, and 12.9
+// with this prefetch (2 threads: 14.7 -> 16.3 against 16.9). In the whole matmul
+// (int4_benchmark's shapes, 15 interleaved rounds, median / best) it is worth less: one thread
+// 9.7-9.8 -> 10.0-10.6 / 10.8-11.3 -> 11.6-12.1 GB/s at 1 token, 5.0-5.2 -> 5.2-5.4 / 5.4-5.5
+// -> 5.8-5.9 at 4; 1, 4 and the T1 hint were no better than 2 KiB.
+constexpr int64_t kPrefetchBytes = 2048;
+
 // kMode: 0 = g32 (lo/hi sums apart, 4 groups a block), 1 = g64 (2 groups a block), 2 = groups
 // of >= 128 columns spanning blocks_per_group blocks. At g32 and g64 a block's int32 sums are
 // folded into f32 as they are made; wider groups sum blocks in int32 first.
@@ -114,6 +124,10 @@ ESTUARY_AVX2_TARGET __attribute__((noinline)) void Rows(const uint8_t* words,
     const int8_t* xb = a.x8 + blk * a.x8_block_stride;
     const uint8_t* wb = words + blk * kTileRows * Int4Matrix::kBlockBytes;
     const bool flush = kMode < 2 || (blk + 1) % a.blocks_per_group == 0 || blk + 1 == a.n_blocks;
+    for (int r = 0; r < kR; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchBytes + r * Int4Matrix::kBlockBytes),
+                   _MM_HINT_T0);
+    }
     // Row by row, so that one row's codes are live at a time (16 registers); x is re-read from
     // L1 per row.
     for (int r = 0; r < kR; ++r) {
