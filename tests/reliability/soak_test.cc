@@ -267,6 +267,8 @@ TEST(SoakTest, MixedGrpcAndSseLoadLosesNothingAndLeaksNothing) {
     f = {{"rss_kib_warm", p.warm.rss_kib}, {"rss_kib_end", p.end.rss_kib},
          {"rss_growth_percent",
           p.warm.rss_kib > 0 ? 100.0 * (p.end.rss_kib - p.warm.rss_kib) / p.warm.rss_kib : 0.0},
+         {"rss_anon_kib_warm", p.warm.rss_anon_kib}, {"rss_anon_kib_end", p.end.rss_anon_kib},
+         {"rss_file_kib_warm", p.warm.rss_file_kib}, {"rss_file_kib_end", p.end.rss_file_kib},
          {"threads_warm", p.warm.threads}, {"threads_end", p.end.threads},
          {"fds_warm", p.warm.fds}, {"fds_end", p.end.fds}};
     f["rss_kib_every_10s"] = samples[p.name];

@@ -22,6 +22,8 @@ absl::StatusOr<ProcStats> ReadProcStats(pid_t pid) {
     std::string key;
     fields >> key;
     if (key == "VmRSS:") fields >> out.rss_kib;
+    if (key == "RssAnon:") fields >> out.rss_anon_kib;
+    if (key == "RssFile:") fields >> out.rss_file_kib;
     if (key == "Threads:") fields >> out.threads;
   }
   // stat: "pid (comm) state ..." with utime and stime the 14th and 15th fields; comm may hold

@@ -11,7 +11,9 @@
 namespace estuary::testing {
 
 struct ProcStats {
-  int64_t rss_kib = 0;       // /proc/PID/status VmRSS
+  int64_t rss_kib = 0;       // /proc/PID/status VmRSS = RssAnon + RssFile + RssShmem
+  int64_t rss_anon_kib = 0;  // RssAnon: heap, stacks, anonymous mappings (where a leak shows)
+  int64_t rss_file_kib = 0;  // RssFile: the binary's code and mapped files, touched on first use
   int threads = 0;           // /proc/PID/status Threads
   int fds = 0;               // entries of /proc/PID/fd
   double cpu_seconds = 0.0;  // /proc/PID/stat utime + stime
