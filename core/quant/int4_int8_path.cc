@@ -133,7 +133,8 @@ void PanelTiles(const Int8Path& path, const Int4Matrix& w, int pi, const Prepare
   int4_kernel_common::RunPanelTiles(
       w, pi, p.n_tokens, tile_begin, tile_end, row_step, token_step, y,
       [&](int64_t tile) {
-        path.load_chunk_params(w.chunk_params(pi, tile), pn.n_groups, n_groups16, params);
+        int4_kernel_common::LoadChunkParams(w.chunk_params(pi, tile), pn.n_groups, n_groups16,
+                                            params);
       },
       [&](int64_t t0, int chunk) {
         int4_kernel_common::CombineScales(params, n_groups16, p.xstep + t0 * p.padded_groups + pn.group0,

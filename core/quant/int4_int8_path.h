@@ -53,10 +53,6 @@ struct Int8Path {
   // out[i] = x[i] · inv rounded to nearest even, as int8, over a prefix of [0, n); returns its
   // length (the caller rounds the rest the same way).
   int64_t (*round_to_int8)(const float* x, int64_t n, float inv, int8_t* out);
-  // A tile's f16 scales then offsets (2 * kTileRows rows of n_groups) to f32
-  // [2 * kTileRows][kParamStride], zero from n_groups to n_groups16.
-  void (*load_chunk_params)(const uint16_t* src, int64_t n_groups, int64_t n_groups16,
-                            float* out);
   // The row kernels for this matrix and call: fns[k] runs k tokens (k <= kMaxChunkTokens),
   // row_step rows each; calls take at most token_step tokens.
   void (*pick_kernels)(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step,

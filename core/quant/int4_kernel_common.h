@@ -32,6 +32,16 @@ inline void* Scratch(int slot, size_t bytes) {
   return buffers[slot].get();
 }
 
+// A chunk's f16 scales then offsets (2 * kTileRows rows of n_groups) to f32
+// [2 * kTileRows][kParamStride], zero from n_groups to n_groups16 (a multiple of 16), once per
+// tile. Plain loads throughout (it reads up to 15 f16 past the last row, still inside the chunk:
+// its nibbles follow). These reads lead each chunk's part of the weight stream, and masked loads
+// seem not to train the hardware prefetcher: with them the VNNI GEMV read 10-14 GB/s on one
+// thread, with plain loads 15-21 (int4_benchmark, 1B shapes, Zen 5 VM; a standalone loop over
+// the same layout: 10-14 when the parameter lines are skipped, 20-25 when they are read with
+// plain loads). Every path's; defined in int4_matmul.cc (Highway dispatch).
+void LoadChunkParams(const uint16_t* src, int64_t n_groups, int64_t n_groups16, float* out);
+
 // out[(t * kTileRows + r) * kParamStride + g] = scales[r * kParamStride + g] ·
 // xstep[t * x_stride + g] for t < chunk, g < n_groups16 (a multiple of 16): each (row, token)'s
 // s_rg · e_tg, once per tile and token chunk. Every path's; defined in int4_matmul.cc (Highway

@@ -301,9 +301,7 @@ RowsFn PickRows(int64_t group) {
 
 // ---- Tiles ---------------------------------------------------------------------------------
 
-// f16 parameters of one chunk (n_groups per row) to f32 [8][kParamStride] (scales of rows 0..3,
-// then offsets), zero from n_groups to n_groups16. Reads up to 15 f16 past the last row: still
-// inside the chunk (its nibbles follow).
+// int4_kernel_common::LoadChunkParams (int4_kernel_common.h) for this target.
 void LoadChunkParams(const uint16_t* HWY_RESTRICT src, int64_t n_groups, int64_t n_groups16,
                      float* HWY_RESTRICT out) {
   const DF df;
@@ -408,6 +406,7 @@ HWY_EXPORT(TilesImpl);
 HWY_EXPORT(PrepareTokenImpl);
 HWY_EXPORT(TargetNameImpl);
 HWY_EXPORT(CombineScales);
+HWY_EXPORT(LoadChunkParams);
 
 namespace {
 
@@ -454,6 +453,10 @@ bool UseAvx2() {
 }  // namespace int4_kernel
 
 namespace int4_kernel_common {
+
+void LoadChunkParams(const uint16_t* src, int64_t n_groups, int64_t n_groups16, float* out) {
+  HWY_DYNAMIC_DISPATCH(int4_kernel::LoadChunkParams)(src, n_groups, n_groups16, out);
+}
 
 void CombineScales(const float* scales, int64_t n_groups16, const float* xstep, int64_t x_stride,
                    int chunk, float* out) {

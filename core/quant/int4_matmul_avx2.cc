@@ -200,27 +200,6 @@ RowsFn PickRows(const Int4Matrix& w) {
   return &Rows<kR, kT, 2>;
 }
 
-// f16 params of a chunk to f32 [8][kParamStride], zero from n_groups to n_groups16 (plain loads
-// where 8 are whole, see the VNNI path's LoadChunkParams for why).
-ESTUARY_AVX2_TARGET void LoadChunkParams(const uint16_t* src, int64_t n_groups,
-                                         int64_t n_groups16, float* out) {
-  for (int64_t row = 0; row < 2 * kTileRows; ++row) {
-    const uint16_t* in = src + row * n_groups;
-    float* dst = out + row * kParamStride;
-    for (int64_t g = 0; g < n_groups16; g += 8) {
-      const int64_t n = std::clamp<int64_t>(n_groups - g, 0, 8);
-      alignas(16) uint16_t part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      const uint16_t* from = in + g;
-      if (n < 8) {
-        std::copy(in + g, in + g + n, part);
-        from = part;
-      }
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from));
-      _mm256_store_ps(dst + g, _mm256_cvtph_ps(h));
-    }
-  }
-}
-
 // Rows × tokens per kernel call: the tile's 4 rows, so that the weights stream front to back;
 // 1 token for the GEMV, 2 for batches (the tile's chunk re-read from L1 per further pair). On a
 // Zen 3 VM (int4_benchmark, 1B shapes, one thread, best of two rounds) batches of 4 ran at
@@ -233,7 +212,7 @@ void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int
   fns[2] = PickRows<4, 2>(w);
 }
 
-constexpr int4_int8::Int8Path kPath = {&SumMaxAbs, &RoundToInt8, &LoadChunkParams, &PickKernels};
+constexpr int4_int8::Int8Path kPath = {&SumMaxAbs, &RoundToInt8, &PickKernels};
 
 }  // namespace
 

@@ -208,27 +208,6 @@ RowsFn PickRows(const Int4Matrix& w) {
   return &Rows<kR, kT, 2>;
 }
 
-// f16 params of a chunk to f32 [8][kParamStride], zero from n_groups to n_groups16.
-ESTUARY_VNNI_TARGET void LoadChunkParams(const uint16_t* src, int64_t n_groups,
-                                         int64_t n_groups16, float* out) {
-  for (int64_t row = 0; row < 2 * kTileRows; ++row) {
-    const uint16_t* in = src + row * n_groups;
-    float* dst = out + row * kParamStride;
-    for (int64_t g = 0; g < n_groups16; g += 16) {
-      const int64_t n = std::clamp<int64_t>(n_groups - g, 0, 16);
-      // A plain load where all 16 are there. These reads lead each chunk's part of the weight
-      // stream, and masked loads seem not to train the hardware prefetcher: with them the
-      // single-thread GEMV read 10-14 GB/s, with plain loads 15-21 (int4_benchmark, 1B shapes,
-      // Zen 5 VM; a standalone loop over the same layout: 10-14 when the parameter lines are
-      // skipped, 20-25 when they are read with plain loads).
-      const __m256i h = n == 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + g))
-                                : _mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << n) - 1u),
-                                                           in + g);
-      _mm512_store_ps(dst + g, _mm512_cvtph_ps(h));
-    }
-  }
-}
-
 // Rows × tokens per kernel call: the GEMV 4 rows × 1 token; kBlocks batches 2 rows × up to 4
 // tokens; kGroupLanes batches the tile's 4 rows × 2 tokens, so that the weights stream front to
 // back (a 2-row pass touches every other 128 bytes and stalls on memory); the chunk is re-read
@@ -250,7 +229,7 @@ void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int
   }
 }
 
-constexpr int4_int8::Int8Path kPath = {&SumMaxAbs, &RoundToInt8, &LoadChunkParams, &PickKernels};
+constexpr int4_int8::Int8Path kPath = {&SumMaxAbs, &RoundToInt8, &PickKernels};
 
 }  // namespace
 
