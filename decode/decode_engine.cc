@@ -213,6 +213,30 @@ absl::Status DecodeEngine::Forward(const std::vector<Sequence*>& batch,
   return runner_->Forward(entries, kvs, step, logits, outcomes);
 }
 
+absl::Status DecodeEngine::ForwardOrFail(const std::vector<Sequence*>& batch,
+                                         absl::Span<const BatchEntry> entries, StepKind kind,
+                                         size_t logit_rows, std::vector<Sequence*>& fail,
+                                         std::vector<float>& logits,
+                                         std::vector<EntryOutcome>& outcomes) {
+  logits.assign(logit_rows * static_cast<size_t>(runner_->config().vocab_size), 0.0f);
+  outcomes.assign(entries.size(), EntryOutcome{});
+  absl::Status status =
+      Forward(batch, entries, kind, absl::MakeSpan(logits), absl::MakeSpan(outcomes));
+  if (!status.ok()) FailAll(fail, status);
+  return status;
+}
+
+namespace {
+
+// Rows of logits a step returns: one per entry that wants them.
+size_t WantedLogitRows(absl::Span<const BatchEntry> entries) {
+  size_t rows = 0;
+  for (const BatchEntry& e : entries) rows += e.want_logits;
+  return rows;
+}
+
+}  // namespace
+
 absl::Status DecodeEngine::PrefillStep() {
   std::vector<Sequence*> batch;
   std::vector<BatchEntry> entries;
@@ -236,18 +260,10 @@ absl::Status DecodeEngine::PrefillStep() {
   }
   if (entries.empty()) return absl::OkStatus();
 
-  const size_t vocab = static_cast<size_t>(runner_->config().vocab_size);
-  size_t with_logits = 0;
-  for (const BatchEntry& e : entries) with_logits += e.want_logits;
-  std::vector<float> logits(with_logits * vocab);
-  std::vector<EntryOutcome> outcomes(entries.size());
-  if (absl::Status status =
-          Forward(batch, entries, StepKind::kPrefill, absl::MakeSpan(logits),
-                  absl::MakeSpan(outcomes));
-      !status.ok()) {
-    FailAll(batch, status);
-    return status;
-  }
+  std::vector<float> logits;
+  std::vector<EntryOutcome> outcomes;
+  ESTUARY_RETURN_IF_ERROR(ForwardOrFail(batch, entries, StepKind::kPrefill,
+                                        WantedLogitRows(entries), batch, logits, outcomes));
   size_t logit_row = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence& s = *batch[i];
@@ -322,18 +338,10 @@ absl::Status DecodeEngine::DecodeStep() {
     entry.want_logits = !TokenOnDevice(*s);
     entries.push_back(entry);
   }
-  const size_t vocab = static_cast<size_t>(runner_->config().vocab_size);
-  size_t with_logits = 0;
-  for (const BatchEntry& e : entries) with_logits += e.want_logits;
-  std::vector<float> logits(with_logits * vocab);
-  std::vector<EntryOutcome> outcomes(entries.size());
-  if (absl::Status status =
-          Forward(batch, entries, StepKind::kDecode, absl::MakeSpan(logits),
-                  absl::MakeSpan(outcomes));
-      !status.ok()) {
-    FailAll(batch, status);
-    return status;
-  }
+  std::vector<float> logits;
+  std::vector<EntryOutcome> outcomes;
+  ESTUARY_RETURN_IF_ERROR(ForwardOrFail(batch, entries, StepKind::kDecode,
+                                        WantedLogitRows(entries), batch, logits, outcomes));
   size_t logit_row = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence& s = *batch[i];

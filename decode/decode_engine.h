@@ -197,6 +197,12 @@ class DecodeEngine {
   // belongs to batch[i] (a sequence may own two entries of a verification).
   absl::Status Forward(const std::vector<Sequence*>& batch, absl::Span<const BatchEntry> entries,
                        StepKind kind, absl::Span<float> logits, absl::Span<EntryOutcome> outcomes);
+  // Forward into `logits` (logit_rows x vocab, zeroed) and `outcomes` (one per entry, reset). A
+  // failed step ends every sequence of `fail` with its status (FailAll) and returns it.
+  absl::Status ForwardOrFail(const std::vector<Sequence*>& batch,
+                             absl::Span<const BatchEntry> entries, StepKind kind,
+                             size_t logit_rows, std::vector<Sequence*>& fail,
+                             std::vector<float>& logits, std::vector<EntryOutcome>& outcomes);
 
   void DrainInbox();
   // Moves completed reservations into the running batch, ends those whose writer gave up or

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/common/status_macros.h"
 #include "core/model/generator.h"
 #include "decode/decode_engine.h"
 #include "decode/engine_sequence.h"
@@ -70,14 +71,8 @@ absl::Status DecodeEngine::LosslessStep(std::vector<Sequence*>& batch) {
       entries.push_back(entry);
     }
     if (drafting.empty()) break;
-    logits.assign(entries.size() * vocab, 0.0f);
-    outcomes.assign(entries.size(), EntryOutcome{});
-    if (absl::Status status = Forward(drafting, entries, StepKind::kDraft,
-                                      absl::MakeSpan(logits), absl::MakeSpan(outcomes));
-        !status.ok()) {
-      FailAll(batch, status);
-      return status;
-    }
+    ESTUARY_RETURN_IF_ERROR(ForwardOrFail(drafting, entries, StepKind::kDraft, entries.size(),
+                                          batch, logits, outcomes));
     for (size_t i = 0; i < drafting.size(); ++i) {
       LosslessAdapter owner(*this, *drafting[i]);
       drafting[i]->round->AfterDraft(
@@ -96,14 +91,8 @@ absl::Status DecodeEngine::LosslessStep(std::vector<Sequence*>& batch) {
     }
     rows += static_cast<size_t>(s->round->verify_rows());
   }
-  logits.assign(rows * vocab, 0.0f);
-  outcomes.assign(entries.size(), EntryOutcome{});
-  if (absl::Status status = Forward(owners, entries, StepKind::kVerify, absl::MakeSpan(logits),
-                                    absl::MakeSpan(outcomes));
-      !status.ok()) {
-    FailAll(batch, status);
-    return status;
-  }
+  ESTUARY_RETURN_IF_ERROR(
+      ForwardOrFail(owners, entries, StepKind::kVerify, rows, batch, logits, outcomes));
   size_t row = 0;
   for (Sequence* s : batch) {
     const size_t n = static_cast<size_t>(s->round->verify_rows());
