@@ -477,7 +477,7 @@ std::optional<Int4Path> Int4PathFromName(std::string_view name) {
 void SetInt4MatMulPath(Int4Path path) { int4_kernel::g_path.store(path); }
 bool Int4VnniAvailable() { return int4_vnni::Available(); }
 bool Int4Avx2Available() { return int4_avx2::Available(); }
-bool Int4MatMulUsesVnni() { return int4_kernel::UseVnni(); }
+bool Int4MatMulUsesInt8() { return int4_kernel::UseVnni() || int4_kernel::UseAvx2(); }
 
 void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y) {
   Int4MatMul(w, x, n_tokens, y, WorkerPool::Serial());
@@ -486,11 +486,15 @@ void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y)
 void Int4MatMul(const Int4Matrix& w, const float* x, int64_t n_tokens, float* y,
                 WorkerPool& pool) {
   if (w.empty() || n_tokens <= 0) return;
-  // A kGroupLanes matrix is read by the VNNI kernel alone (it exists only where VNNI does).
-  if (w.layout() == Int4Layout::kGroupLanes || int4_kernel::UseVnni()) {
+  // A kGroupLanes matrix is read by an int8 path: the one chosen, or where the Highway path is
+  // (it reads only kBlocks), VNNI if the CPU has it, else AVX2 (Quantize writes kGroupLanes only
+  // where one of them runs).
+  const bool lanes = w.layout() == Int4Layout::kGroupLanes;
+  if (int4_kernel::UseVnni() ||
+      (lanes && !int4_kernel::UseAvx2() && int4_vnni::Available())) {
     return int4_vnni::MatMul(w, x, n_tokens, y, pool);
   }
-  if (int4_kernel::UseAvx2()) return int4_avx2::MatMul(w, x, n_tokens, y, pool);
+  if (lanes || int4_kernel::UseAvx2()) return int4_avx2::MatMul(w, x, n_tokens, y, pool);
   const int4_kernel::Prepared p = int4_kernel::Prepare(w, x, n_tokens);
   pool.ParallelFor(w.n_tiles(), [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(int4_kernel::TilesImpl)(w, p, begin, end, y);

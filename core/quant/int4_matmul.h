@@ -62,8 +62,8 @@ std::optional<Int4Path> Int4PathFromName(std::string_view name);
 void SetInt4MatMulPath(Int4Path path);
 bool Int4VnniAvailable();
 bool Int4Avx2Available();
-// True when Int4MatMul takes the VNNI path for a kBlocks matrix now (the path setting and the
-// CPU); Int4Matrix::Quantize's Int4Layout::kAuto writes kGroupLanes only then.
-bool Int4MatMulUsesVnni();
+// True when Int4MatMul takes an int8 path (VNNI or AVX2) for a kBlocks matrix now (the path
+// setting and the CPU); Int4Matrix::Quantize's Int4Layout::kAuto writes kGroupLanes only then.
+bool Int4MatMulUsesInt8();
 
 }  // namespace estuary

@@ -7,7 +7,11 @@
 // at most 2 · 15 · 127 = 3810, no saturation) and vpmaddwd by ones (pairs of int16 into int32).
 // The same int32 lane of the two halves holds columns of the same group, and for groups of 64
 // columns and more so do a lo and a hi lane, so the int16 pairs of a block are added first (at
-// most 4 · 3810 = 15240 < 2^15) and one vpmaddwd serves a block (two at g32).
+// most 4 · 3810 = 15240 < 2^15) and one vpmaddwd serves a block (two at g32). That is for
+// kBlocks matrices; kGroupLanes ones (written at Quantize where this path runs and the shape
+// fits) need no shuffle and take their scales once per 16 groups (LaneRows below): on a Zen 3
+// VM (int4_benchmark's shapes, 11 interleaved rounds, medians) batches of 4 and 16 ran 5-14%
+// faster that way than kBlocks, the GEMV the same within the noise.
 //
 // Kernels: kR rows × kT tokens of accumulators (the GEMV 4 rows × 1 token, batches 4 rows × 2
 // tokens; one row's codes live at a time, x re-read from L1 per row). Every (row, token)
@@ -193,8 +197,75 @@ ESTUARY_AVX2_TARGET __attribute__((noinline)) void Rows(const uint8_t* words,
   }
 }
 
+// The kGroupLanes kernel (int4_matrix.h): int32 lane L of a block row's half h (bytes
+// [32h, 32h + 32)) holds 4 codes of group 8h + L of the superblock in its low nibbles and 4 more
+// in its high ones, so the two halves' vpmaddubsw pairs add (≤ 2 · 3810) and one vpmaddwd per
+// half puts each group's sum in its own int32 lane: no byte shuffle, and the scales apply once
+// per superblock (16 groups, G / 8 blocks) instead of once per block and row-token pair as in
+// Rows. isum[i][h] holds the exact Σ q x8 of groups 8h..8h + 7 over the superblock so far.
+template <int kR, int kT>
+ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneRows(const uint8_t* words,
+                                                             const KernelArgs& a, float* dots) {
+  constexpr int kN = kR * kT;
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[kN];
+  for (int i = 0; i < kN; ++i) acc[i] = _mm256_setzero_ps();
+  const int64_t steps = a.blocks_per_superblock;
+  for (int64_t blk0 = 0, g = 0; blk0 < a.n_blocks; blk0 += steps, g += 16) {
+    __m256i isum[kN][2];
+    for (int i = 0; i < kN; ++i) isum[i][0] = isum[i][1] = _mm256_setzero_si256();
+    for (int64_t blk = blk0; blk < blk0 + steps; ++blk) {
+      const int8_t* xb = a.x8 + blk * a.x8_block_stride;
+      const uint8_t* wb = words + blk * kTileRows * Int4Matrix::kBlockBytes;
+      for (int r = 0; r < kR; ++r) {
+        _mm_prefetch(
+            reinterpret_cast<const char*>(wb + kPrefetchBytes + r * Int4Matrix::kBlockBytes),
+            _MM_HINT_T0);
+      }
+      for (int r = 0; r < kR; ++r) {
+        __m256i lo[2], hi[2];
+        for (int h = 0; h < 2; ++h) {
+          const __m256i w = _mm256_load_si256(
+              reinterpret_cast<const __m256i*>(wb + r * Int4Matrix::kBlockBytes + 32 * h));
+          lo[h] = _mm256_and_si256(w, mask);
+          hi[h] = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
+        }
+        for (int t = 0; t < kT; ++t) {
+          const int i = r * kT + t;
+          const int8_t* xt = xb + t * kBlockCols;
+          for (int h = 0; h < 2; ++h) {
+            const __m256i pairs = _mm256_add_epi16(
+                _mm256_maddubs_epi16(
+                    lo[h], _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + 32 * h))),
+                _mm256_maddubs_epi16(
+                    hi[h], _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + 64 + 32 * h))));
+            isum[i][h] = _mm256_add_epi32(isum[i][h], _mm256_madd_epi16(pairs, ones));
+          }
+        }
+      }
+    }
+    for (int r = 0; r < kR; ++r) {
+      const float* off = a.offsets + r * kParamStride + g;
+      for (int t = 0; t < kT; ++t) {
+        const int i = r * kT + t;
+        const float* s = a.scales + (t * kTileRows + r) * kParamStride + g;
+        const float* xsum = a.xsum + t * a.x_stride + g;
+        for (int h = 0; h < 2; ++h) {
+          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][h]), _mm256_load_ps(s + 8 * h),
+                                   acc[i]);
+          acc[i] = _mm256_fmadd_ps(_mm256_load_ps(off + 8 * h), _mm256_loadu_ps(xsum + 8 * h),
+                                   acc[i]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < kN; ++i) dots[i] = SumOfLanes(acc[i]);
+}
+
 template <int kR, int kT>
 RowsFn PickRows(const Int4Matrix& w) {
+  if (w.layout() == Int4Layout::kGroupLanes) return &LaneRows<kR, kT>;
   if (w.group_size() == 32) return &Rows<kR, kT, 0>;
   if (w.group_size() == 64) return &Rows<kR, kT, 1>;
   return &Rows<kR, kT, 2>;
@@ -204,7 +275,8 @@ RowsFn PickRows(const Int4Matrix& w) {
 // 1 token for the GEMV, 2 for batches (the tile's chunk re-read from L1 per further pair). On a
 // Zen 3 VM (int4_benchmark, 1B shapes, one thread, best of two rounds) batches of 4 ran at
 // 4.9-5.3 GB/s this way against 3.7-3.9 at 1 row × 4 tokens; 2 × 2 and 2 × 4 lay between.
-// kBlocks matrices only (kGroupLanes is written only where VNNI runs).
+// kGroupLanes matrices the same way (4 × 2 was the fastest of 4 × 2, 2 × 2 and 1 × 4 in a
+// standalone loop from L1).
 void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int* token_step) {
   *row_step = 4;
   *token_step = gemv ? 1 : 2;

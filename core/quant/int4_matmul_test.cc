@@ -194,8 +194,6 @@ TEST(Int4MatMulGroupTest, EverySupportedTarget) {
     SetInt4MatMulPath(p.path);
     EXPECT_EQ(std::string(Int4MatMulTargetName()), p.name);
     for (const Int4Matrix& w : matrices) {
-      // kGroupLanes matrices are read by the VNNI kernel whatever the setting.
-      if (w.layout() == Int4Layout::kGroupLanes && p.path != Int4Path::kVnni) continue;
       for (int64_t n : {1, 2, 5, 9}) {
         CheckAgainstReference(w, n, static_cast<uint32_t>(n),
                               absl::StrCat(p.name, " ", w.rows(), "x", w.cols(), " g",
@@ -259,11 +257,15 @@ TEST(Int4MatMulGroupTest, NonFiniteActivationsPropagate) {
   }
 }
 
-// Int4Layout::kGroupLanes (the VNNI kernel's nibble order) holds exactly the codes, scales and
-// offsets of kBlocks, and its kernel meets the same reference bound, bitwise the same alone, in
-// a batch and on any thread count (CheckAgainstReference).
+// Int4Layout::kGroupLanes (the int8 kernels' group-per-lane order) holds exactly the codes,
+// scales and offsets of kBlocks, and each int8 path's kernel for it (VNNI, AVX2: every one this
+// CPU has) meets the same reference bound, bitwise the same alone, in a batch and on any thread
+// count (CheckAgainstReference).
 TEST(Int4LayoutTest, GroupLanesHoldTheSameCodesAndMeetTheReference) {
-  if (!Int4VnniAvailable()) GTEST_SKIP() << "no AVX512-VNNI here: kGroupLanes is VNNI-only";
+  std::vector<Int4Path> paths;
+  if (Int4VnniAvailable()) paths.push_back(Int4Path::kVnni);
+  if (Int4Avx2Available()) paths.push_back(Int4Path::kAvx2);
+  if (paths.empty()) GTEST_SKIP() << "no AVX512-VNNI or AVX2 here: kGroupLanes needs an int8 path";
   for (const auto& [rows, cols, g] :
        {std::make_tuple(9, 2048, 64), std::make_tuple(5, 4096, 32), std::make_tuple(3, 5120, 64),
         std::make_tuple(4, 8192, 128), std::make_tuple(2, 4096, 256)}) {
@@ -288,9 +290,15 @@ TEST(Int4LayoutTest, GroupLanesHoldTheSameCodesAndMeetTheReference) {
         ASSERT_EQ(lanes->Offset(r, gi), blocks->Offset(r, gi)) << label;
       }
     }
-    for (int64_t n : {1, 2, 4, 5, 16}) {
-      CheckAgainstReference(*lanes, n, static_cast<uint32_t>(n + cols), absl::StrCat(label, " n ", n));
+    for (Int4Path path : paths) {
+      SetInt4MatMulPath(path);
+      const std::string kernel = Int4MatMulTargetName();
+      for (int64_t n : {1, 2, 4, 5, 16}) {
+        CheckAgainstReference(*lanes, n, static_cast<uint32_t>(n + cols),
+                              absl::StrCat(kernel, " ", label, " n ", n));
+      }
     }
+    SetInt4MatMulPath(Int4Path::kAuto);
   }
 }
 
@@ -305,17 +313,17 @@ TEST(Int4LayoutTest, WhichShapesFitAndWhoChooses) {
   Int4QuantOptions o;
   o.layout = Int4Layout::kGroupLanes;
   auto unfit = Int4Matrix::Quantize(RandomWeights(4, 172, 1), o);
-  if (Int4VnniAvailable()) {
+  if (Int4VnniAvailable() || Int4Avx2Available()) {
     EXPECT_EQ(unfit.status().code(), absl::StatusCode::kInvalidArgument) << unfit.status();
   } else {
     EXPECT_EQ(unfit.status().code(), absl::StatusCode::kFailedPrecondition) << unfit.status();
   }
-  // kAuto: group lanes only where Int4MatMul would run the VNNI kernel on the matrix anyway.
+  // kAuto: group lanes only where Int4MatMul would run an int8 kernel on the matrix anyway.
   o.layout = Int4Layout::kAuto;
   auto automatic = Int4Matrix::Quantize(RandomWeights(4, 2048, 2), o);
   ASSERT_TRUE(automatic.ok());
   EXPECT_EQ(automatic->layout(),
-            Int4MatMulUsesVnni() ? Int4Layout::kGroupLanes : Int4Layout::kBlocks);
+            Int4MatMulUsesInt8() ? Int4Layout::kGroupLanes : Int4Layout::kBlocks);
   SetInt4MatMulPath(Int4Path::kHighway);
   auto highway = Int4Matrix::Quantize(RandomWeights(4, 2048, 2), o);
   SetInt4MatMulPath(Int4Path::kAuto);

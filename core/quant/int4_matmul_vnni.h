@@ -10,8 +10,8 @@
 // offsets and tokens accumulate in f32 in an order that depends neither on n_tokens, the token
 // chunking nor the thread count, so a token's bits do not depend on its batch.
 //
-// Layouts: a matrix in Int4Layout::kGroupLanes (written at Quantize where this path runs and the
-// shape fits, int4_matrix.h) has its nibbles in this kernel's order: a 64-byte load, an AND and
+// Layouts: a matrix in Int4Layout::kGroupLanes (written at Quantize where an int8 path runs and
+// the shape fits, int4_matrix.h) has its nibbles in this kernel's order: a 64-byte load, an AND and
 // a shift + AND give 4 codes of each of 16 groups per int32 lane, vpdpbusd sums a whole group in
 // one lane, and the scales apply once per 16 groups. A kBlocks matrix is read as stored: one AND
 // (or shift + AND) of a block row's 64 bytes gives 64 u8 codes, one in-lane byte shuffle

@@ -250,12 +250,13 @@ absl::StatusOr<Int4Layout> ResolveLayout(const Int4QuantOptions& options, const 
                     Int4Matrix::GroupLanesFit(weight.dim(1), options.group_size);
   switch (options.layout) {
     case Int4Layout::kAuto:
-      return fits && Int4MatMulUsesVnni() ? Int4Layout::kGroupLanes : Int4Layout::kBlocks;
+      return fits && Int4MatMulUsesInt8() ? Int4Layout::kGroupLanes : Int4Layout::kBlocks;
     case Int4Layout::kBlocks:
       return Int4Layout::kBlocks;
     case Int4Layout::kGroupLanes:
-      if (!Int4VnniAvailable()) {
-        return absl::FailedPreconditionError("int4 layout kGroupLanes needs AVX512-VNNI");
+      if (!Int4VnniAvailable() && !Int4Avx2Available()) {
+        return absl::FailedPreconditionError(
+            "int4 layout kGroupLanes needs AVX512-VNNI or AVX2 (an int8 path of Int4MatMul)");
       }
       if (!fits) {
         return absl::InvalidArgumentError(absl::StrCat(

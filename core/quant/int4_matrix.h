@@ -21,7 +21,7 @@
 //              A "slice" is the 32 columns of one k: one vector of 32 u16 lanes on AVX-512 (two
 //              on AVX2), which the kernel unpacks with one or two integer ops.
 //   Groups never straddle panels (group_size divides kPanelCols).
-//   Layout kGroupLanes (the AVX512-VNNI kernel's order, chosen at Quantize; see Int4Layout)
+//   Layout kGroupLanes (the int8 kernels' order, VNNI and AVX2, chosen at Quantize; see Int4Layout)
 //   keeps every size and offset above and permutes the nibbles of each (block, row) 64 bytes:
 //   block b of a panel is step k = b % (G / 8) of superblock sb = b / (G / 8), the panel's groups
 //   16 sb .. 16 sb + 15 (G = group_size); byte 4 L + j (lane L = 0..15, j = 0..3) holds column
@@ -55,9 +55,9 @@ namespace estuary {
 
 // The nibble order of a matrix (see "Layout kGroupLanes" above).
 enum class Int4Layout : uint8_t {
-  kAuto,        // kGroupLanes where Int4MatMul runs the VNNI kernel and the shape fits, else kBlocks
+  kAuto,        // kGroupLanes where Int4MatMul runs an int8 kernel and the shape fits, else kBlocks
   kBlocks,      // every kernel reads it (Highway, VNNI, the GPU packer through Code())
-  kGroupLanes,  // the VNNI kernel only (Int4MatMul always takes it for such a matrix)
+  kGroupLanes,  // the int8 kernels only (Int4MatMul always takes one for such a matrix)
 };
 
 // How to quantize. Validate() accepts group_size 32, 64, 128, 256, 512 or 1024 (a power of two,
@@ -73,8 +73,8 @@ struct Int4QuantOptions {
   bool refine = true;
   int refine_iterations = 20;  // HQQ iterations per group (each also tracks the best so far)
   int threads = 0;             // quantization threads; 0: std::thread::hardware_concurrency()
-  // kGroupLanes explicitly: FAILED_PRECONDITION without AVX512-VNNI, INVALID_ARGUMENT when the
-  // shape does not fit (GroupLanesFit).
+  // kGroupLanes explicitly: FAILED_PRECONDITION without AVX512-VNNI or AVX2, INVALID_ARGUMENT
+  // when the shape does not fit (GroupLanesFit).
   Int4Layout layout = Int4Layout::kAuto;
 
   absl::Status Validate() const;
