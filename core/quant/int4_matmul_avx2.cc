@@ -9,14 +9,14 @@
 // columns and more so do a lo and a hi lane, so the int16 pairs of a block are added first (at
 // most 4 · 3810 = 15240 < 2^15) and one vpmaddwd serves a block (two at g32). That is for
 // kBlocks matrices; kGroupLanes ones (written at Quantize where this path runs and the shape
-// fits) need no shuffle and take their scales once per 16 groups (LaneRows below): on a Zen 3
-// VM (int4_benchmark's shapes, 11 interleaved rounds, medians) batches of 4 and 16 ran 5-14%
-// faster that way than kBlocks, the GEMV the same within the noise.
+// fits) need no shuffle and take their scales once per 16 groups (LaneGemv, LaneBatch below):
+// batches of 4 and 16 run 6% and 16% faster that way on a Zen 3 VM, the GEMV the same.
 //
-// Kernels: kR rows × kT tokens of accumulators (the GEMV 4 rows × 1 token, batches 4 rows × 2
-// tokens; one row's codes live at a time, x re-read from L1 per row). Every (row, token)
-// runs the same operations in the same order whatever kR and kT are, so results are bitwise
-// independent of the batch.
+// Kernels: for kBlocks, kR rows × kT tokens of accumulators (the GEMV 4 rows × 1 token, batches
+// 4 rows × 2 tokens; one row's codes live at a time, x re-read from L1 per row); for kGroupLanes,
+// LaneGemv and LaneBatch. In every kernel each (row, token) runs the same operations in the same
+// order whatever the rows and tokens of the call, so results are bitwise independent of the
+// batch.
 
 #include "core/quant/int4_matmul_avx2.h"
 
@@ -107,6 +107,14 @@ ESTUARY_AVX2_TARGET inline __m256 PairScales(const float* s) {
 // -> 5.8-5.9 at 4; 1, 4 and the T1 hint were no better than 2 KiB.
 constexpr int64_t kPrefetchBytes = 2048;
 
+// Prefetches the tile's 4 block rows kPrefetchBytes past `block` (the tile's block at hand).
+ESTUARY_AVX2_TARGET inline void PrefetchTileBlock(const uint8_t* block) {
+  for (int r = 0; r < kTileRows; ++r) {
+    const uint8_t* ahead = block + kPrefetchBytes + r * Int4Matrix::kBlockBytes;
+    _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+  }
+}
+
 // kMode: 0 = g32 (lo/hi sums apart, 4 groups a block), 1 = g64 (2 groups a block), 2 = groups
 // of >= 128 columns spanning blocks_per_group blocks. At g32 and g64 a block's int32 sums are
 // folded into f32 as they are made; wider groups sum blocks in int32 first.
@@ -128,10 +136,7 @@ ESTUARY_AVX2_TARGET __attribute__((noinline)) void Rows(const uint8_t* words,
     const int8_t* xb = a.x8 + blk * a.x8_block_stride;
     const uint8_t* wb = words + blk * kTileRows * Int4Matrix::kBlockBytes;
     const bool flush = kMode < 2 || (blk + 1) % a.blocks_per_group == 0 || blk + 1 == a.n_blocks;
-    for (int r = 0; r < kR; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchBytes + r * Int4Matrix::kBlockBytes),
-                   _MM_HINT_T0);
-    }
+    PrefetchTileBlock(wb);
     // Row by row, so that one row's codes are live at a time (16 registers); x is re-read from
     // L1 per row.
     for (int r = 0; r < kR; ++r) {
@@ -197,75 +202,114 @@ ESTUARY_AVX2_TARGET __attribute__((noinline)) void Rows(const uint8_t* words,
   }
 }
 
-// The kGroupLanes kernel (int4_matrix.h): int32 lane L of a block row's half h (bytes
+// The kGroupLanes kernels (int4_matrix.h): int32 lane L of a block row's half h (bytes
 // [32h, 32h + 32)) holds 4 codes of group 8h + L of the superblock in its low nibbles and 4 more
 // in its high ones, so the two halves' vpmaddubsw pairs add (≤ 2 · 3810) and one vpmaddwd per
 // half puts each group's sum in its own int32 lane: no byte shuffle, and the scales apply once
 // per superblock (16 groups, G / 8 blocks) instead of once per block and row-token pair as in
-// Rows. isum[i][h] holds the exact Σ q x8 of groups 8h..8h + 7 over the superblock so far.
-template <int kR, int kT>
-ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneRows(const uint8_t* words,
+// Rows. isum[h] holds the exact Σ q x8 of groups 8h..8h + 7 over the superblock so far.
+struct LaneCodes {
+  __m256i lo[2], hi[2];
+};
+
+ESTUARY_AVX2_TARGET inline LaneCodes UnpackLanes(const uint8_t* block_row, __m256i mask) {
+  LaneCodes c;
+  for (int h = 0; h < 2; ++h) {
+    const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(block_row + 32 * h));
+    c.lo[h] = _mm256_and_si256(w, mask);
+    c.hi[h] = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
+  }
+  return c;
+}
+
+// isum[h] += each group's Σ q x8 of one block row and one token's block xt.
+ESTUARY_AVX2_TARGET inline void AddLaneSums(const LaneCodes& c, const int8_t* xt, __m256i ones,
+                                            __m256i* isum) {
+  for (int h = 0; h < 2; ++h) {
+    const __m256i pairs = _mm256_add_epi16(
+        _mm256_maddubs_epi16(c.lo[h],
+                             _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + 32 * h))),
+        _mm256_maddubs_epi16(
+            c.hi[h], _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + 64 + 32 * h))));
+    isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(pairs, ones));
+  }
+}
+
+// acc + the superblock's Σ_g s_rg e_tg isum_g + m_rg X_tg, its 16 groups from s, off and xsum.
+ESTUARY_AVX2_TARGET inline __m256 FoldLanes(const __m256i* isum, const float* s, const float* off,
+                                            const float* xsum, __m256 acc) {
+  for (int h = 0; h < 2; ++h) {
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h]), _mm256_load_ps(s + 8 * h), acc);
+    acc = _mm256_fmadd_ps(_mm256_load_ps(off + 8 * h), _mm256_loadu_ps(xsum + 8 * h), acc);
+  }
+  return acc;
+}
+
+// The GEMV: the tile's 4 rows block by block (the weights stream front to back; 8 sums live).
+ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneGemv(const uint8_t* words,
                                                              const KernelArgs& a, float* dots) {
-  constexpr int kN = kR * kT;
   const __m256i mask = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[kN];
-  for (int i = 0; i < kN; ++i) acc[i] = _mm256_setzero_ps();
+  __m256 acc[kTileRows];
+  for (__m256& v : acc) v = _mm256_setzero_ps();
   const int64_t steps = a.blocks_per_superblock;
   for (int64_t blk0 = 0, g = 0; blk0 < a.n_blocks; blk0 += steps, g += 16) {
-    __m256i isum[kN][2];
-    for (int i = 0; i < kN; ++i) isum[i][0] = isum[i][1] = _mm256_setzero_si256();
+    __m256i isum[kTileRows][2];
+    for (auto& sums : isum) sums[0] = sums[1] = _mm256_setzero_si256();
     for (int64_t blk = blk0; blk < blk0 + steps; ++blk) {
       const int8_t* xb = a.x8 + blk * a.x8_block_stride;
       const uint8_t* wb = words + blk * kTileRows * Int4Matrix::kBlockBytes;
-      for (int r = 0; r < kR; ++r) {
-        _mm_prefetch(
-            reinterpret_cast<const char*>(wb + kPrefetchBytes + r * Int4Matrix::kBlockBytes),
-            _MM_HINT_T0);
-      }
-      for (int r = 0; r < kR; ++r) {
-        __m256i lo[2], hi[2];
-        for (int h = 0; h < 2; ++h) {
-          const __m256i w = _mm256_load_si256(
-              reinterpret_cast<const __m256i*>(wb + r * Int4Matrix::kBlockBytes + 32 * h));
-          lo[h] = _mm256_and_si256(w, mask);
-          hi[h] = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
-        }
-        for (int t = 0; t < kT; ++t) {
-          const int i = r * kT + t;
-          const int8_t* xt = xb + t * kBlockCols;
-          for (int h = 0; h < 2; ++h) {
-            const __m256i pairs = _mm256_add_epi16(
-                _mm256_maddubs_epi16(
-                    lo[h], _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + 32 * h))),
-                _mm256_maddubs_epi16(
-                    hi[h], _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + 64 + 32 * h))));
-            isum[i][h] = _mm256_add_epi32(isum[i][h], _mm256_madd_epi16(pairs, ones));
-          }
-        }
+      PrefetchTileBlock(wb);
+      for (int r = 0; r < kTileRows; ++r) {
+        AddLaneSums(UnpackLanes(wb + r * Int4Matrix::kBlockBytes, mask), xb, ones, isum[r]);
       }
     }
-    for (int r = 0; r < kR; ++r) {
-      const float* off = a.offsets + r * kParamStride + g;
+    for (int r = 0; r < kTileRows; ++r) {
+      acc[r] = FoldLanes(isum[r], a.scales + r * kParamStride + g,
+                         a.offsets + r * kParamStride + g, a.xsum + g, acc[r]);
+    }
+  }
+  for (int r = 0; r < kTileRows; ++r) dots[r] = SumOfLanes(acc[r]);
+}
+
+// Batches: kT tokens, the tile's rows one at a time through each superblock, so that only one
+// row's 2 kT sums are live (no spills at kT = 4) and each block row is unpacked once for kT
+// tokens; the superblock's other rows wait in L1. Against kBlocks on a Zen 3 VM (int4_benchmark's
+// shapes, 1 and 2 threads, 11 interleaved rounds, three runs): 4 tokens 0.91-1.26x (median
+// 1.06), 16 tokens 1.04-1.28x (median 1.16). Block by block, as the GEMV, 4 rows x 2 tokens
+// (16 sums, which spill) measured 1.05-1.12x and 1.06-1.17x in one run: the same within this
+// VM's noise. The GEMV row by row lost 22-38% (the weights no longer stream front to back).
+template <int kT>
+ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneBatch(const uint8_t* words,
+                                                              const KernelArgs& a, float* dots) {
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[kTileRows * kT];
+  for (__m256& v : acc) v = _mm256_setzero_ps();
+  const int64_t steps = a.blocks_per_superblock;
+  for (int64_t blk0 = 0, g = 0; blk0 < a.n_blocks; blk0 += steps, g += 16) {
+    for (int r = 0; r < kTileRows; ++r) {
+      __m256i isum[kT][2];
+      for (auto& sums : isum) sums[0] = sums[1] = _mm256_setzero_si256();
+      for (int64_t blk = blk0; blk < blk0 + steps; ++blk) {
+        const uint8_t* wb = words + blk * kTileRows * Int4Matrix::kBlockBytes;
+        if (r == 0) PrefetchTileBlock(wb);
+        const LaneCodes codes = UnpackLanes(wb + r * Int4Matrix::kBlockBytes, mask);
+        const int8_t* xb = a.x8 + blk * a.x8_block_stride;
+        for (int t = 0; t < kT; ++t) AddLaneSums(codes, xb + t * kBlockCols, ones, isum[t]);
+      }
       for (int t = 0; t < kT; ++t) {
-        const int i = r * kT + t;
-        const float* s = a.scales + (t * kTileRows + r) * kParamStride + g;
-        const float* xsum = a.xsum + t * a.x_stride + g;
-        for (int h = 0; h < 2; ++h) {
-          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][h]), _mm256_load_ps(s + 8 * h),
-                                   acc[i]);
-          acc[i] = _mm256_fmadd_ps(_mm256_load_ps(off + 8 * h), _mm256_loadu_ps(xsum + 8 * h),
-                                   acc[i]);
-        }
+        acc[r * kT + t] = FoldLanes(isum[t], a.scales + (t * kTileRows + r) * kParamStride + g,
+                                    a.offsets + r * kParamStride + g,
+                                    a.xsum + t * a.x_stride + g, acc[r * kT + t]);
       }
     }
   }
-  for (int i = 0; i < kN; ++i) dots[i] = SumOfLanes(acc[i]);
+  for (int i = 0; i < kTileRows * kT; ++i) dots[i] = SumOfLanes(acc[i]);
 }
 
 template <int kR, int kT>
 RowsFn PickRows(const Int4Matrix& w) {
-  if (w.layout() == Int4Layout::kGroupLanes) return &LaneRows<kR, kT>;
   if (w.group_size() == 32) return &Rows<kR, kT, 0>;
   if (w.group_size() == 64) return &Rows<kR, kT, 1>;
   return &Rows<kR, kT, 2>;
@@ -275,10 +319,18 @@ RowsFn PickRows(const Int4Matrix& w) {
 // 1 token for the GEMV, 2 for batches (the tile's chunk re-read from L1 per further pair). On a
 // Zen 3 VM (int4_benchmark, 1B shapes, one thread, best of two rounds) batches of 4 ran at
 // 4.9-5.3 GB/s this way against 3.7-3.9 at 1 row × 4 tokens; 2 × 2 and 2 × 4 lay between.
-// kGroupLanes matrices the same way (4 × 2 was the fastest of 4 × 2, 2 × 2 and 1 × 4 in a
-// standalone loop from L1).
+// kGroupLanes matrices: the tile's 4 rows × 1 token for the GEMV, × up to 4 tokens for batches
+// (LaneBatch goes row by row, so 4 tokens cost no spills).
 void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int* token_step) {
   *row_step = 4;
+  if (w.layout() == Int4Layout::kGroupLanes) {
+    *token_step = gemv ? 1 : 4;
+    fns[1] = gemv ? &LaneGemv : &LaneBatch<1>;
+    fns[2] = &LaneBatch<2>;
+    fns[3] = &LaneBatch<3>;
+    fns[4] = &LaneBatch<4>;
+    return;
+  }
   *token_step = gemv ? 1 : 2;
   fns[1] = PickRows<4, 1>(w);
   fns[2] = PickRows<4, 2>(w);
