@@ -441,8 +441,15 @@ void GenerateCall::EndLocked(bool complete, const grpc::Status& status, Todo& to
     todo.write = true;
     return;
   }
+  MarkFinished(todo);
+}
+
+void GenerateCall::MarkFinished(Todo& todo) {
   finished_ = true;
   todo.finish = true;
+  // The admission slot frees as the end goes out, not at OnDone, which gRPC may run after the
+  // client has seen the end: a client that starts its next stream then finds the slot free.
+  ticket_.reset();
 }
 
 void GenerateCall::Run(Todo todo) {
@@ -774,8 +781,7 @@ void GenerateCall::OnWriteDone(bool ok) {
         write_in_flight_ = true;
         todo.write = true;
       } else if (ended_) {
-        finished_ = true;
-        todo.finish = true;
+        MarkFinished(todo);
       }
     }
   }

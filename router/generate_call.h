@@ -166,6 +166,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<estuary::v1::Generate
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places a new attempt (the flow is admitted) and prepares its first call.
   void BeginAttempt(Todo& todo) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The server side is done: `todo` finishes the call, and the admission slot is given back.
+  void MarkFinished(Todo& todo) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The current attempt's calls, started outside the mutex.
   void Run(Todo todo);
   void StartReserve(const Attempt& attempt, std::shared_ptr<grpc::ClientContext> context,

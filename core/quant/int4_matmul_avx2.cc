@@ -204,8 +204,8 @@ ESTUARY_AVX2_TARGET __attribute__((noinline)) void Rows(const uint8_t* words,
 
 // The kGroupLanes kernels (int4_matrix.h): int32 lane L of a block row's half h (bytes
 // [32h, 32h + 32)) holds 4 codes of group 8h + L of the superblock in its low nibbles and 4 more
-// in its high ones, so the two halves' vpmaddubsw pairs add (≤ 2 · 3810) and one vpmaddwd per
-// half puts each group's sum in its own int32 lane: no byte shuffle, and the scales apply once
+// in its high ones, so a half's lo and hi vpmaddubsw pairs add (≤ 2 · 3810) and one vpmaddwd
+// per half puts each group's sum in its own int32 lane: no byte shuffle, and the scales apply once
 // per superblock (16 groups, G / 8 blocks) instead of once per block and row-token pair as in
 // Rows. isum[h] holds the exact Σ q x8 of groups 8h..8h + 7 over the superblock so far.
 struct LaneCodes {

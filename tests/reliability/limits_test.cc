@@ -222,9 +222,25 @@ TEST(LimitsTest, IdleConnectionsDoNotBlockAndStreamsOverTheCapAreRefused) {
   for (const t::Generated& r : long_results) {
     EXPECT_TRUE(r.status.ok()) << r.status.error_message();
   }
-  // Slots are back.
-  EXPECT_TRUE(t::Generate(cluster.stub(), cluster.Greedy(c.prompt_ids, 4)).status.ok());
+  // Slots are back as soon as the streams have ended (the router frees a slot as the stream's
+  // end goes out, not when gRPC is done with the call afterwards).
+  const t::Generated after = t::Generate(cluster.stub(), cluster.Greedy(c.prompt_ids, 4));
+  EXPECT_TRUE(after.status.ok()) << after.status.error_message();
   for (int fd : idle) close(fd);
+}
+
+// A stream's admission slot is free by the time its client sees the end: with
+// --max-concurrent-streams 1, back-to-back requests from one client are never refused. (The
+// router once freed the slot only when gRPC had done with the call, after the client saw the
+// end, and the next request could meet RESOURCE_EXHAUSTED.)
+TEST(LimitsTest, ASlotIsFreeWhenItsStreamHasEnded) {
+  t::Cluster cluster(t::Spec("stories260K", 0, 1, 1, 1, {"--max-concurrent-streams", "1"}));
+  const t::GoldenCase c = t::LoadGoldenCases("stories260K").at(0);
+  // 200 in a row: without the fix about two runs in five met a refusal within 50.
+  for (int i = 0; i < 200; ++i) {
+    const t::Generated got = t::Generate(cluster.stub(), cluster.Greedy(c.prompt_ids, 2));
+    ASSERT_TRUE(got.status.ok()) << "request " << i << ": " << got.status.error_message();
+  }
 }
 
 // Opens `n` HTTP/1.1 connections to `port` that go quiet in three ways: half say nothing, a
