@@ -65,19 +65,8 @@ absl::Status Run() {
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> model, worker::LoadShardedModel(process));
   ESTUARY_RETURN_IF_ERROR(options.engine.Validate(model->config()));
   if (absl::GetFlag(FLAGS_river)) ESTUARY_RETURN_IF_ERROR(model->BuildRiver(river.quant));
-  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::Transport> transport,
-                           worker::CreateTransport(process));
-  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DecodeService> service,
-                           DecodeService::Create(*model, *transport, options));
-  DecodeService* decode = service.get();
-  worker::LogKvCapacity("decode", worker::HooksOf(decode).load().total_pages(),
-                        options.engine.block_size, model->config().max_seq_len,
-                        options.engine.max_num_seqs, options.engine.kv_cache_bytes);
-  return worker::ServeWorker(
-      process,
-      worker::MakeWorkerInfo(estuary::v1::WORKER_ROLE_DECODE, "", process, model->config(),
-                             options.engine.block_size, decode->fingerprint()),
-      decode->control(), {decode}, worker::HooksOf(decode));
+  return worker::ServeRoleService<DecodeService>(process, estuary::v1::WORKER_ROLE_DECODE,
+                                                 "decode", *model, options);
 }
 
 }  // namespace

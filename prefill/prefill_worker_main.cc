@@ -45,19 +45,8 @@ absl::Status Run() {
 
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> model, worker::LoadShardedModel(process));
   ESTUARY_RETURN_IF_ERROR(options.engine.Validate(model->config()));
-  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::Transport> transport,
-                           worker::CreateTransport(process));
-  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<PrefillService> service,
-                           PrefillService::Create(*model, *transport, options));
-  PrefillService* prefill = service.get();
-  worker::LogKvCapacity("prefill", worker::HooksOf(prefill).load().total_pages(),
-                        options.engine.block_size, model->config().max_seq_len,
-                        options.engine.max_num_seqs, options.engine.kv_cache_bytes);
-  return worker::ServeWorker(
-      process,
-      worker::MakeWorkerInfo(estuary::v1::WORKER_ROLE_PREFILL, "", process, model->config(),
-                             options.engine.block_size, prefill->fingerprint()),
-      prefill->control(), {prefill}, worker::HooksOf(prefill));
+  return worker::ServeRoleService<PrefillService>(process, estuary::v1::WORKER_ROLE_PREFILL,
+                                                  "prefill", *model, options);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/backend/backend.h"
+#include "core/common/status_macros.h"
 #include "core/common/step_loop.h"
 #include "core/kvcache/kv_pool.h"
 #include "core/model/sharded_model.h"
@@ -153,5 +154,27 @@ WorkerHooks HooksOf(RoleService* service) {
 absl::Status ServeWorker(const WorkerProcessOptions& options, estuary::v1::WorkerInfo info,
                          WorkerControl& control, const std::vector<grpc::Service*>& services,
                          const WorkerHooks& hooks);
+
+// The end of each worker's Run, once the role's options are complete and its model is loaded:
+// the KV transport, the role's service (RoleService::Create(model, transport, options)), one log
+// line of its KV capacity, and ServeWorker with the service's control, fingerprint and hooks.
+// The transport and the service live until ServeWorker returns.
+template <typename RoleService, typename RoleOptions>
+absl::Status ServeRoleService(const WorkerProcessOptions& process, estuary::v1::WorkerRole role,
+                              const char* role_name, ShardedModel& model,
+                              const RoleOptions& options) {
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<kvtransfer::Transport> transport,
+                           CreateTransport(process));
+  ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<RoleService> service,
+                           RoleService::Create(model, *transport, options));
+  RoleService* served = service.get();
+  LogKvCapacity(role_name, HooksOf(served).load().total_pages(), options.engine.block_size,
+                model.config().max_seq_len, options.engine.max_num_seqs,
+                options.engine.kv_cache_bytes);
+  return ServeWorker(process,
+                     MakeWorkerInfo(role, "", process, model.config(), options.engine.block_size,
+                                    served->fingerprint()),
+                     served->control(), {served}, HooksOf(served));
+}
 
 }  // namespace estuary::worker
