@@ -14,10 +14,12 @@
 namespace estuary::int4_int8 {
 namespace {
 
+using int4_kernel_common::CombineScales;
 using int4_kernel_common::kBlockCols;
 using int4_kernel_common::kMaxChunkTokens;
 using int4_kernel_common::kParamStride;
 using int4_kernel_common::kTileRows;
+using int4_kernel_common::LoadChunkParams;
 using int4_kernel_common::Scratch;
 
 struct Prepared {
@@ -133,12 +135,11 @@ void PanelTiles(const Int8Path& path, const Int4Matrix& w, int pi, const Prepare
   int4_kernel_common::RunPanelTiles(
       w, pi, p.n_tokens, tile_begin, tile_end, row_step, token_step, y,
       [&](int64_t tile) {
-        int4_kernel_common::LoadChunkParams(w.chunk_params(pi, tile), pn.n_groups, n_groups16,
-                                            params);
+        LoadChunkParams(w.chunk_params(pi, tile), pn.n_groups, n_groups16, params);
       },
       [&](int64_t t0, int chunk) {
-        int4_kernel_common::CombineScales(params, n_groups16, p.xstep + t0 * p.padded_groups + pn.group0,
-                                          p.padded_groups, chunk, combined);
+        CombineScales(params, n_groups16, p.xstep + t0 * p.padded_groups + pn.group0,
+                      p.padded_groups, chunk, combined);
         a.x8 = p.x8 + (pn.col0 / kBlockCols) * a.x8_block_stride + t0 * kBlockCols;
         a.xsum = p.xsum + t0 * p.padded_groups + pn.group0;
       },
