@@ -274,11 +274,12 @@ ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneGemv(const uint8_t* words
 
 // Batches of 2 to 4 tokens: the tile's rows one at a time through each superblock, so that
 // only one row's 2 kT sums are live (no spills at kT = 4) and each block row is unpacked once
-// for kT tokens; the superblock's other rows wait in L1. Against kBlocks on a Zen 3 VM (int4_benchmark's
-// shapes, 1 and 2 threads, 11 interleaved rounds, three runs): 4 tokens 0.91-1.26x (median
-// 1.06), 16 tokens 1.04-1.28x (median 1.16). Block by block, as the GEMV, 4 rows x 2 tokens
-// (16 sums, which spill) measured 1.05-1.12x and 1.06-1.17x in one run: the same within this
-// VM's noise. The GEMV row by row lost 22-38% (the weights no longer stream front to back).
+// for kT tokens; the superblock's other rows wait in L1. Against kBlocks on a Zen 3 VM
+// (int4_benchmark's shapes, 1 and 2 threads, 11 interleaved rounds, three runs): 4 tokens
+// 0.91-1.26x (median 1.06), 16 tokens 1.04-1.28x (median 1.16). Block by block, as the GEMV,
+// 4 rows x 2 tokens (16 sums, which spill) measured 1.05-1.12x and 1.06-1.17x in one run: the
+// same within this VM's noise. The GEMV row by row lost 22-38% (the weights no longer stream
+// front to back).
 template <int kT>
 ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneBatch(const uint8_t* words,
                                                               const KernelArgs& a, float* dots) {
