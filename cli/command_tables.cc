@@ -47,6 +47,7 @@ const Names& DecodeOnlyFlags() {
                               "max_backbone_layers",
                               "river_group_size",
                               "river_refine",
+                              "river_lm_head",
                               "int4_kernel",
                               "lease_ms",
                               "exit_mode",
@@ -90,7 +91,8 @@ const Names& SamplingFlags() {
 }
 
 const Names& RiverFlags() {
-  static const Names names = {"river_group_size",    "river_refine",        "exit_rule",
+  static const Names names = {"river_group_size",    "river_refine",        "river_lm_head",
+                              "exit_rule",
                               "exit_threshold",      "min_backbone_layers", "max_backbone_layers",
                               "resident_backbone_layers", "int4_kernel"};
   return names;
@@ -125,7 +127,8 @@ const Names& UpPassThroughFlags() {
       "engine_watchdog_timeout",
       // decode workers
       "exit_threshold", "exit_rule", "min_backbone_layers", "max_backbone_layers",
-      "river_group_size", "river_refine", "int4_kernel", "lease_ms", "exit_mode", "draft_tokens",
+      "river_group_size", "river_refine", "river_lm_head", "int4_kernel", "lease_ms", "exit_mode",
+      "draft_tokens",
       "min_draft_confidence"};
   return names;
 }

@@ -48,7 +48,9 @@ absl::Status RunEvalExitCommand(const EvalExitCommandOptions& options) {
   eval.policy = options.river.policy;
   eval.lossless = options.lossless;
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<River> river,
-                           River::Build(loaded.model->weights(), options.river.quant));
+                           River::Build(loaded.model->weights(), options.river.quant,
+                                        /*first_layer=*/0, /*row_parallel_blocks=*/1,
+                                        options.river.lm_head));
   ESTUARY_ASSIGN_OR_RETURN(std::vector<EvalExitRow> rows,
                            RunEvalExit(*loaded.model, *loaded.tokenizer, *river, eval));
   std::cout << (options.json ? EvalExitJson(rows) + "\n" : EvalExitTable(rows)) << std::flush;
@@ -59,7 +61,9 @@ absl::Status RunBenchDecodeCommand(const BenchDecodeCommandOptions& options) {
   kernels::cpu::SetCpuThreads(options.threads);
   ESTUARY_ASSIGN_OR_RETURN(LoadedModel loaded, Load(options.model));
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<River> river,
-                           River::Build(loaded.model->weights(), options.river.quant));
+                           River::Build(loaded.model->weights(), options.river.quant,
+                                        /*first_layer=*/0, /*row_parallel_blocks=*/1,
+                                        options.river.lm_head));
   // The read ceiling is measured inside RunBenchDecode, on the threads the decode runs on.
   BenchDecodeOptions bench = options.bench;
   bench.threads = options.threads;

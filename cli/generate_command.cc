@@ -65,7 +65,9 @@ absl::StatusOr<RiverGeneration> GenerateThroughEngine(LlamaModel& model,
   ESTUARY_RETURN_IF_ERROR(river_options.policy.Validate(model.config().n_layers));
   std::unique_ptr<River> river;
   if (with_river) {
-    ESTUARY_ASSIGN_OR_RETURN(river, River::Build(model.weights(), river_options.quant));
+    ESTUARY_ASSIGN_OR_RETURN(river, River::Build(model.weights(), river_options.quant,
+                                                       /*first_layer=*/0, /*row_parallel_blocks=*/1,
+                                                       river_options.lm_head));
   }
   if (const int resident = river_options.policy.resident_backbone_layers;
       river != nullptr && resident > 0) {
@@ -123,7 +125,8 @@ absl::StatusOr<RiverGeneration> GenerateTensorParallel(std::unique_ptr<LlamaMode
                            ShardedModel::Create(std::move(model), sharding));
   ShardedForwardOptions forward;
   if (options.river) {
-    ESTUARY_RETURN_IF_ERROR(sharded->BuildRiver(options.river_options.quant));
+    ESTUARY_RETURN_IF_ERROR(sharded->BuildRiver(options.river_options.quant, /*first_layer=*/0,
+                                                options.river_options.lm_head));
     forward.use_river = true;
     forward.policy = options.river_options.policy;
     if (const int resident = forward.policy.resident_backbone_layers; resident > 0) {

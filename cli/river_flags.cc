@@ -11,6 +11,9 @@
 #include "core/quant/int4_matmul.h"
 
 ABSL_FLAG(int, river_group_size, 64, "int4 group size of the exit river");
+ABSL_FLAG(std::string, river_lm_head, "shared",
+          "the LM head of tokens that left the backbone: shared (the backbone's) or int4 (an int4 "
+          "copy, quantized as the layers; CPU only)");
 ABSL_FLAG(bool, river_refine, true, "refine the river's int4 scale and zero point (HQQ-style)");
 ABSL_FLAG(std::string, exit_rule, "batch_min",
           "batch_min (the paper's: the batch leaves when all pass at once), split (each on its "
@@ -24,6 +27,14 @@ ABSL_FLAG(std::string, int4_kernel, "auto",
 
 namespace estuary::cli {
 namespace {
+
+absl::StatusOr<RiverLmHead> RiverLmHeadFlag() {
+  const std::string name = absl::GetFlag(FLAGS_river_lm_head);
+  if (name == "shared") return RiverLmHead::kShared;
+  if (name == "int4") return RiverLmHead::kInt4;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--river-lm-head=", name, ": use shared or int4"));
+}
 
 absl::StatusOr<Int4Path> Int4KernelFlag() {
   const std::string name = absl::GetFlag(FLAGS_int4_kernel);
@@ -48,6 +59,7 @@ absl::StatusOr<RiverOptions> RiverOptionsFromFlags() {
   river.quant.group_size = absl::GetFlag(FLAGS_river_group_size);
   river.quant.refine = absl::GetFlag(FLAGS_river_refine);
   ESTUARY_RETURN_IF_ERROR(river.quant.Validate());
+  ESTUARY_ASSIGN_OR_RETURN(river.lm_head, RiverLmHeadFlag());
   ESTUARY_ASSIGN_OR_RETURN(const Int4Path kernel, Int4KernelFlag());
   SetInt4MatMulPath(kernel);
   ESTUARY_ASSIGN_OR_RETURN(river.policy.rule, ParseExitRule(absl::GetFlag(FLAGS_exit_rule)));
@@ -58,8 +70,9 @@ absl::StatusOr<RiverOptions> RiverOptionsFromFlags() {
 }
 
 absl::Status RefuseRiverFlagsWithoutRiver() {
-  for (const char* name : {"river_group_size", "river_refine", "exit_rule", "exit_threshold",
-                           "min_backbone_layers", "max_backbone_layers", "int4_kernel"}) {
+  for (const char* name : {"river_group_size", "river_refine", "river_lm_head", "exit_rule",
+                           "exit_threshold", "min_backbone_layers", "max_backbone_layers",
+                           "int4_kernel"}) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
       return absl::InvalidArgumentError(

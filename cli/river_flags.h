@@ -5,6 +5,7 @@
 //
 //   --river-group-size N     int4 group size of the river's copy of the layers
 //   --river-refine           HQQ-style refinement of its scales and zero points
+//   --river-lm-head H        shared (the backbone's LM head) or int4 (the river's own copy)
 //   --exit-rule R            batch_min (the paper's: the batch leaves together) or split
 //   --exit-threshold T       default τ (a request may set its own); above 1 disables exit
 //   --min-backbone-layers N  exit is considered only after this many layers

@@ -5,7 +5,8 @@
 //
 //   estuary-decode --model PATH [--port P] [--tensor-parallel-size N] [--river
 //                  --exit-threshold T --exit-rule batch_min|split --min-backbone-layers N
-//                  --max-backbone-layers N --river-group-size G] [--kv-cache-bytes B] [--ucx-tls tcp] [--ready-file F]
+//                  --max-backbone-layers N --river-group-size G --river-lm-head H]
+//                  [--kv-cache-bytes B] [--ucx-tls tcp] [--ready-file F]
 //                  [--host 0.0.0.0 --advertise-address A] [--router HOST:PORT]
 //                  [--shutdown-timeout 30s] [--engine-stall-timeout 60s] [--max-failed-steps 3]
 //                  [--engine-watchdog-timeout 600s]
@@ -64,7 +65,9 @@ absl::Status Run() {
   options.engine.cuda_device = device.is_cpu() ? -1 : device.ordinal;
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> model, worker::LoadShardedModel(process));
   ESTUARY_RETURN_IF_ERROR(options.engine.Validate(model->config()));
-  if (absl::GetFlag(FLAGS_river)) ESTUARY_RETURN_IF_ERROR(model->BuildRiver(river.quant));
+  if (absl::GetFlag(FLAGS_river)) {
+    ESTUARY_RETURN_IF_ERROR(model->BuildRiver(river.quant, /*first_layer=*/0, river.lm_head));
+  }
   return worker::ServeRoleService<DecodeService>(process, estuary::v1::WORKER_ROLE_DECODE,
                                                  "decode", *model, options);
 }

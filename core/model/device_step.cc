@@ -63,6 +63,11 @@ absl::StatusOr<std::unique_ptr<StepRunner>> CreateDeviceStepFor(const ShardedMod
                      absl::string_view(engine.data(), engine.size()),
                      " engine yet; use TP 1 with a CUDA device"));
   }
+  if (model.river(0) != nullptr && model.river(0)->lm_head() != nullptr) {
+    return absl::UnimplementedError(
+        "the GPU step reads the backbone's LM head for every token: build the river without an "
+        "int4 LM head (--river-lm-head shared)");
+  }
   return CreateCudaDeviceStep(model.shard(0), model.river(0), options);
 }
 

@@ -8,6 +8,7 @@
 #include "core/common/status_macros.h"
 #include "core/kernels/cpu/kernels.h"
 #include "core/model/decoder_layer.h"
+#include "core/model/linear.h"
 
 namespace estuary {
 namespace {
@@ -89,10 +90,52 @@ void Scatter(const Group& group, const std::vector<int64_t>& row_offset, int64_t
   }
 }
 
+// The final norm and LM head over the rows `rows` of x ([rows][dim]), in order, into logits
+// ([rows.size()][vocab]): rows with on_river_head[i] through the river's int4 head, the others
+// through the backbone's; one matmul per head.
+absl::Status ApplyLmHeads(const LlamaModel& model, const River* river, const std::vector<float>& x,
+                          const std::vector<int64_t>& rows, const std::vector<bool>& on_river_head,
+                          const kernels::cpu::MatMulOptions& matmul, absl::Span<float> logits) {
+  const LlamaConfig& c = model.config();
+  const int64_t dim = c.dim;
+  const int64_t vocab = c.vocab_size;
+  for (const bool river_head : {false, true}) {
+    std::vector<int64_t> picked;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (on_river_head[i] == river_head) picked.push_back(static_cast<int64_t>(i));
+    }
+    if (picked.empty()) continue;
+    const int64_t n = static_cast<int64_t>(picked.size());
+    std::vector<float> gathered(static_cast<size_t>(n * dim));
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(x.begin() + rows[static_cast<size_t>(picked[i])] * dim, dim,
+                  gathered.begin() + i * dim);
+    }
+    std::vector<float> normed(gathered.size());
+    kernels::cpu::RmsNorm(gathered.data(), model.weights().final_norm, n, dim, c.rms_eps,
+                          normed.data());
+    const Linear head = river_head ? Linear::Int4(*river->lm_head())
+                                   : Linear::Dense(model.weights().lm_head);
+    // Straight into logits when this head serves every row (the usual case), else row by row.
+    const bool all_rows = n == static_cast<int64_t>(rows.size());
+    std::vector<float> own(all_rows ? 0 : static_cast<size_t>(n * vocab));
+    float* out = all_rows ? logits.data() : own.data();
+    ESTUARY_RETURN_IF_ERROR(head.Apply(normed.data(), n, out, matmul));
+    if (!all_rows) {
+      for (int64_t i = 0; i < n; ++i) {
+        std::copy_n(own.begin() + i * vocab, vocab, logits.begin() + picked[i] * vocab);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int64_t DecodeStepWeightBytes(const LlamaModel& model, const River* river, int backbone_layers) {
-  int64_t bytes = static_cast<int64_t>(model.weights().lm_head.nbytes());
+  const bool river_head = backbone_layers < model.config().n_layers && river->lm_head() != nullptr;
+  int64_t bytes = river_head ? river->lm_head()->bytes()
+                             : static_cast<int64_t>(model.weights().lm_head.nbytes());
   for (int l = 0; l < model.config().n_layers; ++l) {
     bytes += l < backbone_layers ? model.layer_bytes(l) : river->layer_bytes(l);
   }
@@ -242,20 +285,21 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
   }
 
   // Final norm and LM head for the last token (or every token) of each entry that wants logits.
-  std::vector<float> last_rows;
+  // An entry that left the backbone reads the river's head when the river has one (river.h).
+  std::vector<int64_t> head_rows;
+  std::vector<bool> on_river_head;
   for (size_t e = 0; e < entries.size(); ++e) {
     if (!entries[e].want_logits) continue;
     const int64_t end = row_offset[e] + static_cast<int64_t>(entries[e].tokens.size());
     const int64_t first = entries[e].logits_every_token ? row_offset[e] : end - 1;
-    last_rows.insert(last_rows.end(), x.begin() + first * dim, x.begin() + end * dim);
+    const bool river_head = river != nullptr && river->lm_head() != nullptr &&
+                            outcomes[e].backbone_layers < n_layers;
+    for (int64_t row = first; row < end; ++row) {
+      head_rows.push_back(row);
+      on_river_head.push_back(river_head);
+    }
   }
-  const int64_t n_logits = static_cast<int64_t>(last_rows.size()) / dim;
-  if (n_logits == 0) return absl::OkStatus();
-  std::vector<float> normed(last_rows.size());
-  k::RmsNorm(last_rows.data(), model.weights().final_norm, n_logits, dim, c.rms_eps,
-             normed.data());
-  return k::MatMul(model.weights().lm_head, normed.data(), n_logits, logits.data(),
-                   options.matmul);
+  return ApplyLmHeads(model, river, x, head_rows, on_river_head, options.matmul, logits);
 }
 
 }  // namespace estuary

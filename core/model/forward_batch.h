@@ -88,10 +88,13 @@ struct ForwardOptions {
 
 // Weight bytes one decode step reads when its tokens run `backbone_layers` layers on the
 // backbone and the rest on `river` (null only with backbone_layers == n_layers): every layer's
-// projections on their path plus the LM head. The cost model of eval-exit and bench-decode.
+// projections on their path plus the LM head they read (the river's own when it has one and the
+// tokens exited). The cost model of eval-exit and bench-decode.
 int64_t DecodeStepWeightBytes(const LlamaModel& model, const River* river, int backbone_layers);
 
-// Runs the step. `logits` holds vocab_size floats per entry with want_logits, in entry order.
+// Runs the step. `logits` holds vocab_size floats per entry with want_logits, in entry order
+// (per token with logits_every_token); an entry that exited gets them from the river's LM head
+// when the river has one (River::lm_head), else from the backbone's.
 // `outcomes` has one element per entry. INVALID_ARGUMENT for bad ids, positions or sizes;
 // FAILED_PRECONDITION when a forced exit needs a river layer the river lacks.
 absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> entries,

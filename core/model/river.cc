@@ -32,7 +32,8 @@ absl::StatusOr<std::vector<Int4Matrix>> QuantizeColumnBlocks(const Tensor& weigh
 
 absl::StatusOr<std::unique_ptr<River>> River::Build(const LlamaWeights& weights,
                                                     const Int4QuantOptions& options,
-                                                    int first_layer, int row_parallel_blocks) {
+                                                    int first_layer, int row_parallel_blocks,
+                                                    RiverLmHead lm_head) {
   const int n_layers = static_cast<int>(weights.layers.size());
   if (first_layer < 0 || first_layer > n_layers) {
     return absl::InvalidArgumentError(
@@ -58,10 +59,16 @@ absl::StatusOr<std::unique_ptr<River>> River::Build(const LlamaWeights& weights,
     river->layers_.push_back(Layer{std::move(wq), std::move(wk), std::move(wv), std::move(w_gate),
                                    std::move(w_up), std::move(wo), std::move(w_down)});
   }
-  ESTUARY_LOG(INFO) << "exit river: " << (n_layers - first_layer) << " layers quantized to int4 "
-                    << "(group " << options.group_size << (options.refine ? ", refined" : ", RTN")
-                    << ") in " << absl::ToDoubleSeconds(absl::Now() - start) << " s, "
-                    << river->bytes() << " bytes";
+  if (lm_head == RiverLmHead::kInt4) {
+    ESTUARY_ASSIGN_OR_RETURN(Int4Matrix head, Int4Matrix::Quantize(weights.lm_head, options));
+    river->lm_head_ = std::make_unique<Int4Matrix>(std::move(head));
+  }
+  ESTUARY_LOG(INFO) << "exit river: " << (n_layers - first_layer) << " layers"
+                    << (river->lm_head_ != nullptr ? " and the LM head" : "")
+                    << " quantized to int4 (group " << options.group_size
+                    << (options.refine ? ", refined" : ", RTN") << ") in "
+                    << absl::ToDoubleSeconds(absl::Now() - start) << " s, " << river->bytes()
+                    << " bytes";
   return river;
 }
 
@@ -97,6 +104,7 @@ const Int4Matrix& River::matrix(int layer, RiverProjection which) const {
 int64_t River::bytes() const {
   int64_t total = 0;
   for (int l = first_layer_; l < n_layers(); ++l) total += layer_bytes(l);
+  if (lm_head_ != nullptr) total += lm_head_->bytes();
   return total;
 }
 

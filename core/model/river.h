@@ -1,9 +1,10 @@
 #pragma once
 // River: the exit river of a model (design §5): every decoder layer's seven projections
-// quantized to int4 per group. Norms, RoPE, embedding and LM head are shared with the backbone,
-// not copied. Built once at load; immutable afterwards and safe to read from many threads.
-// Owns its int4 matrices; the LlamaModel it was built from must outlive it only for the
-// duration of Build().
+// quantized to int4 per group, and optionally (RiverLmHead::kInt4) the LM head, which a token
+// that left the backbone then reads instead of the backbone's. Norms, RoPE and the embedding are
+// shared with the backbone, not copied. Built once at load; immutable afterwards and safe to
+// read from many threads. Owns its int4 matrices; the LlamaModel it was built from must outlive
+// it only for the duration of Build().
 
 #include <cstdint>
 #include <memory>
@@ -18,17 +19,27 @@ namespace estuary {
 
 enum class RiverProjection : uint8_t { kQ, kK, kV, kO, kGate, kUp, kDown };
 
+// The LM head of the tokens on the river. With a real vocabulary the head is a large share of a
+// decode step's bytes (Llama-3.2-1B: 525 MB of bf16 in 2.47 GB), and a shared head caps what the
+// river can save; an int4 copy (the layers' group size and refinement) reads about a quarter of
+// it, at the cost of a quantized head's error in the exited tokens' logits. Tokens that stay on
+// the backbone to the last layer read the backbone's head either way, so full-depth output and
+// the lossless mode's verified tokens are unchanged.
+enum class RiverLmHead : uint8_t { kShared, kInt4 };
+
 class River {
  public:
   // Quantizes layers [first_layer, n_layers) of `weights`. Layers below `first_layer` have no
   // river copy (a token cannot exit before them). With row_parallel_blocks B > 1 the o and down
   // projections are quantized as B column blocks each (groups never straddle a block) and
   // applied blockwise (linear.h), matching the rivers that B tensor-parallel ranks build from
-  // their shards. Logs the time taken and the bytes.
+  // their shards. `lm_head` kInt4 also quantizes weights.lm_head (whole, on every rank: the
+  // backbone's head is not sharded either). Logs the time taken and the bytes.
   static absl::StatusOr<std::unique_ptr<River>> Build(const LlamaWeights& weights,
                                                       const Int4QuantOptions& options,
                                                       int first_layer = 0,
-                                                      int row_parallel_blocks = 1);
+                                                      int row_parallel_blocks = 1,
+                                                      RiverLmHead lm_head = RiverLmHead::kShared);
 
   int first_layer() const { return first_layer_; }
   int n_layers() const { return static_cast<int>(layers_.size()) + first_layer_; }
@@ -39,6 +50,9 @@ class River {
   int64_t layer_bytes(int layer) const { return projections(layer).bytes(); }
   // One int4 matrix of `layer` (for evaluation and tests); block 0 of a blocked o / down.
   const Int4Matrix& matrix(int layer, RiverProjection which) const;
+  // The river's own LM head (RiverLmHead::kInt4), or null when the river shares the backbone's.
+  const Int4Matrix* lm_head() const { return lm_head_.get(); }
+  // Bytes of the layers' int4 weights and of the head when the river has one.
   int64_t bytes() const;
   const Int4QuantOptions& options() const { return options_; }
 
@@ -52,6 +66,7 @@ class River {
   Int4QuantOptions options_;
   int first_layer_ = 0;
   std::vector<Layer> layers_;
+  std::unique_ptr<Int4Matrix> lm_head_;  // RiverLmHead::kInt4 only
 };
 
 }  // namespace estuary

@@ -24,10 +24,16 @@
 namespace estuary {
 namespace {
 
-// A model whose layers >= m use the river's dequantized weights.
+// A model whose layers >= m use the river's dequantized weights, and whose LM head is the
+// river's dequantized head when the river has one.
 std::unique_ptr<LlamaModel> DequantizedReference(const LlamaModel& model, const River& river,
                                                  int m) {
   LlamaWeights weights = model.weights();
+  if (river.lm_head() != nullptr) {
+    auto head = river.lm_head()->DequantizeToF32();
+    EXPECT_TRUE(head.ok()) << head.status();
+    weights.lm_head = *head;  // no longer the embedding's storage when the model ties them
+  }
   for (int l = m; l < model.config().n_layers; ++l) {
     LlamaLayerWeights& w = weights.layers[static_cast<size_t>(l)];
     for (auto [dense, int4] :
@@ -63,10 +69,10 @@ class ScopedInt4Path {
 float LogitTolerance(Int4Path path) { return path == Int4Path::kHighway ? 2e-3f : 8e-2f; }
 
 class RiverReferenceTest
-    : public ::testing::TestWithParam<std::tuple<std::string, bool, Int4Path>> {};
+    : public ::testing::TestWithParam<std::tuple<std::string, bool, Int4Path, RiverLmHead>> {};
 
 TEST_P(RiverReferenceTest, ForcedExitEqualsDequantizedReference) {
-  const auto& [model_name, last, path] = GetParam();
+  const auto& [model_name, last, path, head] = GetParam();
   if (path == Int4Path::kVnni && !Int4VnniAvailable()) GTEST_SKIP() << "no AVX512-VNNI here";
   if (path == Int4Path::kAvx2 && !Int4Avx2Available()) GTEST_SKIP() << "no AVX2 here";
   const ScopedInt4Path kernel(path);
@@ -75,8 +81,9 @@ TEST_P(RiverReferenceTest, ForcedExitEqualsDequantizedReference) {
   const LlamaModel& model = *loaded->model;
   const int n_layers = model.config().n_layers;
   const int m = last ? n_layers - 1 : 1;
-  auto river = River::Build(model.weights(), Int4QuantOptions());
+  auto river = River::Build(model.weights(), Int4QuantOptions(), 0, 1, head);
   ASSERT_TRUE(river.ok()) << river.status();
+  ASSERT_EQ((*river)->lm_head() != nullptr, head == RiverLmHead::kInt4);
   const std::unique_ptr<LlamaModel> reference = DequantizedReference(model, **river, m);
 
   ForwardOptions options;
@@ -118,7 +125,8 @@ TEST_P(RiverReferenceTest, ForcedExitEqualsDequantizedReference) {
 INSTANTIATE_TEST_SUITE_P(
     Shipped, RiverReferenceTest,
     ::testing::Combine(::testing::Values("stories260K", "stories12L"), ::testing::Bool(),
-                       ::testing::Values(Int4Path::kHighway, Int4Path::kVnni, Int4Path::kAvx2)));
+                       ::testing::Values(Int4Path::kHighway, Int4Path::kVnni, Int4Path::kAvx2),
+                       ::testing::Values(RiverLmHead::kShared, RiverLmHead::kInt4)));
 
 // stories12L with its exit river (int4, the default options), loaded by each test that needs it.
 class RiverTest : public ::testing::Test {
@@ -214,6 +222,79 @@ TEST_F(RiverTest, BatchMinCouplesTheBatchAndSplitDoesNot) {
     EXPECT_EQ(outcomes[0].backbone_layers, rule == ExitRule::kSplit ? 1 : c.n_layers)
         << ExitRuleName(rule);
   }
+}
+
+// With an int4 LM head in the river, a batch of an exited sequence and a full-depth one gives
+// each the logits it gets alone: the exited one through the river's head, the other through the
+// backbone's (bit for bit the same as with a river that shares it). The weight bytes of a step
+// count the head the tokens read.
+TEST_F(RiverTest, ExitedTokensReadTheRiversLmHeadAndFullDepthOnesTheBackbones) {
+  ASSERT_NO_FATAL_FAILURE(Load());
+  const LlamaModel& model = *loaded->model;
+  const LlamaConfig& c = model.config();
+  auto with_head = River::Build(model.weights(), Int4QuantOptions(), 0, 1, RiverLmHead::kInt4);
+  ASSERT_TRUE(with_head.ok()) << with_head.status();
+  const River& head_river = **with_head;
+  ASSERT_NE(head_river.lm_head(), nullptr);
+  EXPECT_EQ(river->lm_head(), nullptr);
+  EXPECT_EQ(head_river.bytes(), river->bytes() + head_river.lm_head()->bytes());
+  EXPECT_EQ(DecodeStepWeightBytes(model, &head_river, 2),
+            DecodeStepWeightBytes(model, river.get(), 2) -
+                static_cast<int64_t>(model.weights().lm_head.nbytes()) +
+                head_river.lm_head()->bytes());
+  EXPECT_EQ(DecodeStepWeightBytes(model, &head_river, c.n_layers),
+            DecodeStepWeightBytes(model, river.get(), c.n_layers));
+
+  const std::vector<int32_t> tokens_a = {1, 403, 261}, tokens_b = {1, 407};
+  const size_t vocab = static_cast<size_t>(c.vocab_size);
+  // Runs the entries of `which` (0: a, exits after 2 layers; 1: b, full depth) in one batch.
+  const auto run = [&](const River& r, std::vector<int> which, std::vector<float>& logits,
+                       std::vector<EntryOutcome>& outcomes) {
+    std::vector<std::optional<ContiguousKvCache>> caches;
+    std::vector<BatchEntry> entries;
+    for (size_t i = 0; i < which.size(); ++i) {
+      auto cache = ContiguousKvCache::Create(c, 8);
+      ASSERT_TRUE(cache.ok());
+      caches.emplace_back(std::move(*cache));
+    }
+    for (size_t i = 0; i < which.size(); ++i) {
+      BatchEntry entry;
+      entry.tokens = which[i] == 0 ? absl::MakeConstSpan(tokens_a) : absl::MakeConstSpan(tokens_b);
+      entry.kv = &*caches[i];
+      entry.exit_threshold = which[i] == 0 ? -1.0f : 2.0f;
+      entries.push_back(entry);
+    }
+    ForwardOptions options;
+    options.river = &r;
+    options.policy.rule = ExitRule::kSplit;
+    options.policy.min_backbone_layers = 2;
+    options.matmul.path = kernels::cpu::MatMulPath::kBatchInvariant;
+    logits.assign(which.size() * vocab, 0.0f);
+    outcomes.assign(which.size(), EntryOutcome());
+    ASSERT_TRUE(ForwardBatch(model, entries, options, absl::MakeSpan(logits),
+                             absl::MakeSpan(outcomes))
+                    .ok());
+  };
+  std::vector<float> both, a_alone, b_alone, a_shared, b_shared;
+  std::vector<EntryOutcome> outcomes, ignored;
+  ASSERT_NO_FATAL_FAILURE(run(head_river, {0, 1}, both, outcomes));
+  EXPECT_EQ(outcomes[0].backbone_layers, 2);
+  EXPECT_EQ(outcomes[1].backbone_layers, c.n_layers);
+  ASSERT_NO_FATAL_FAILURE(run(head_river, {0}, a_alone, ignored));
+  ASSERT_NO_FATAL_FAILURE(run(head_river, {1}, b_alone, ignored));
+  ASSERT_NO_FATAL_FAILURE(run(*river, {0}, a_shared, ignored));
+  ASSERT_NO_FATAL_FAILURE(run(*river, {1}, b_shared, ignored));
+  EXPECT_TRUE(std::equal(a_alone.begin(), a_alone.end(), both.begin()));
+  EXPECT_TRUE(std::equal(b_alone.begin(), b_alone.end(), both.begin() + vocab));
+  EXPECT_EQ(b_alone, b_shared);
+  // The exited token's logits moved by the head's quantization, not beyond it.
+  float max_abs = 0.0f, max_diff = 0.0f;
+  for (size_t i = 0; i < vocab; ++i) {
+    max_abs = std::max(max_abs, std::fabs(a_shared[i]));
+    max_diff = std::max(max_diff, std::fabs(a_alone[i] - a_shared[i]));
+  }
+  EXPECT_GT(max_diff, 0.0f);
+  EXPECT_LT(max_diff, 0.1f * max_abs);
 }
 
 // Each backbone layer's per-entry similarity.

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/model/kv_cache.h"
@@ -28,7 +29,8 @@ struct Loaded {
 };
 
 // `name` on `tp` ranks (reduction blocks 2, so TP 1 and 2 agree bit for bit) with its river.
-Loaded LoadWithRiver(const std::string& name, int tp) {
+Loaded LoadWithRiver(const std::string& name, int tp,
+                     RiverLmHead lm_head = RiverLmHead::kShared) {
   auto loaded = LoadModel(GoldenModelDir(name));
   EXPECT_TRUE(loaded.ok()) << loaded.status();
   if (!loaded.ok()) return {};
@@ -38,7 +40,7 @@ Loaded LoadWithRiver(const std::string& name, int tp) {
   auto sharded = ShardedModel::Create(std::move(loaded->model), options);
   EXPECT_TRUE(sharded.ok()) << sharded.status();
   if (!sharded.ok()) return {};
-  EXPECT_TRUE((*sharded)->BuildRiver(Int4QuantOptions()).ok());
+  EXPECT_TRUE((*sharded)->BuildRiver(Int4QuantOptions(), /*first_layer=*/0, lm_head).ok());
   return {std::move(*sharded), std::move(loaded->tokenizer)};
 }
 
@@ -72,12 +74,17 @@ GenerateResult RunLossless(ShardedModel& model, const GenerateRequest& request,
   return result.ok() ? *result : GenerateResult();
 }
 
+// With either LM head on the drafts (the river's int4 head changes what is drafted, never what
+// is kept).
 TEST(SelfSpeculativeTest, GreedyGivesTheGoldenIdsOfEveryCaseAtTp1AndTp2) {
   for (const std::string& name : ::estuary::testing::GoldenModels()) {
     const std::vector<GoldenCase> cases = ::estuary::testing::LoadGoldenCases(name);
     ASSERT_FALSE(cases.empty()) << name;
-    for (int tp : {1, 2}) {
-      Loaded loaded = LoadWithRiver(name, tp);
+    for (const auto& [tp, head] : {std::pair{1, RiverLmHead::kShared},
+                                   std::pair{2, RiverLmHead::kShared},
+                                   std::pair{1, RiverLmHead::kInt4},
+                                   std::pair{2, RiverLmHead::kInt4}}) {
+      Loaded loaded = LoadWithRiver(name, tp, head);
       ASSERT_NE(loaded.model, nullptr);
       int64_t hard_drafts = 0, hard_accepted = 0;
       for (const GoldenCase& golden : cases) {

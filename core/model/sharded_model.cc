@@ -79,11 +79,12 @@ std::unique_ptr<ShardedModel> ShardedModel::Borrow(const LlamaModel& model, cons
 
 ShardedModel::~ShardedModel() = default;
 
-absl::Status ShardedModel::BuildRiver(const Int4QuantOptions& options, int first_layer) {
+absl::Status ShardedModel::BuildRiver(const Int4QuantOptions& options, int first_layer,
+                                      RiverLmHead lm_head) {
   for (size_t r = 0; r < shards_.size(); ++r) {
     ESTUARY_ASSIGN_OR_RETURN(owned_rivers_[r],
                              River::Build(shards_[r]->weights(), options, first_layer,
-                                          shards_[r]->row_parallel_blocks()));
+                                          shards_[r]->row_parallel_blocks(), lm_head));
     rivers_[r] = owned_rivers_[r].get();
   }
   return absl::OkStatus();

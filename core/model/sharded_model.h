@@ -86,8 +86,10 @@ class ShardedModel {
   const LlamaModel& shard(int rank) const { return *shards_[static_cast<size_t>(rank)]; }
   int threads_per_rank() const { return threads_per_rank_; }
 
-  // Quantizes each rank's shard into that rank's exit river (layers >= first_layer).
-  absl::Status BuildRiver(const Int4QuantOptions& options, int first_layer = 0);
+  // Quantizes each rank's shard into that rank's exit river (layers >= first_layer, and the LM
+  // head with RiverLmHead::kInt4).
+  absl::Status BuildRiver(const Int4QuantOptions& options, int first_layer = 0,
+                          RiverLmHead lm_head = RiverLmHead::kShared);
   // Rank `rank`'s river; null before BuildRiver.
   const River* river(int rank) const;
   // LlamaModel::ReleaseBackboneLayersFrom on every rank; returns the bytes freed over all ranks.

@@ -69,7 +69,8 @@ std::vector<HelpCase> HelpCases() {
        {"--river", "--api-key", "--policy"}},
       {{BinaryPath("decode/estuary-decode")}, "usage: estuary-decode",
        {"--model", "--river", "--exit-threshold", "--exit-rule", "--min-backbone-layers",
-        "--max-backbone-layers", "--river-group-size", "--kv-cache-memory", "--max-model-len",
+        "--max-backbone-layers", "--river-group-size", "--river-lm-head", "--kv-cache-memory",
+        "--max-model-len",
         "--lease-ms"},
        {"--policy", "--api-key"}},
   };
@@ -181,6 +182,10 @@ TEST(CommandFlagsRefusalTest, FlagsThatCannotApplyAreRefusedBeforeServing) {
        "--max-backbone-layers = 99"},
       {{Estuary(), "generate", "--model", kModel, "--river", "--int4-kernel", "sideways"},
        "--int4-kernel=sideways: use auto, vnni, avx2 or highway"},
+      {{decode, "--model", kModel, "--river-lm-head", "int4"},
+       "--river-lm-head applies to the exit river: add --river"},
+      {{Estuary(), "generate", "--model", kModel, "--river", "--river-lm-head", "int8"},
+       "--river-lm-head=int8: use shared or int4"},
   };
   for (const RefusalCase& c : cases) {
     const ProcessResult result = RunCommand(c.argv);
