@@ -48,9 +48,10 @@ constexpr int kRows = 4;                                // f32 / f16
 // The linear stream of short rows is prefetched this many bf16 elements (1 KiB) ahead, one line
 // per 64 bytes read; past a row's end that is the next row, past the matrix's a harmless hint.
 // Measured on a 2-core AMD Zen 3 VM (AVX2), where the hardware prefetchers alone left the 2048-
-// column GEMV at 0.69-0.77 of a one-thread streaming read: 0.78-0.86 at 1 KiB (0.5 KiB and 2 KiB
-// and more did no better than none, `gemv_benchmark`), and full-depth decode of the 1B shape at
-// batch 1 0.69 -> 0.73 of the read ceiling (three alternating runs each; a noisy host).
+// column GEMV at 0.69-0.85 of a one-thread streaming read: 0.80-0.86 at 1 KiB (`gemv_benchmark`;
+// 0.5-0.75 KiB about the same, 1.5 KiB and more no better than none), and full-depth decode of
+// the 1B shape at batch 1 0.69 -> 0.73 of the read ceiling (means of three alternating runs; a
+// noisy host).
 constexpr size_t kBf16PrefetchAhead = 512;
 constexpr size_t kLineElems = 64 / sizeof(uint16_t);  // bf16 elements per cache line
 
