@@ -91,10 +91,11 @@ const Names& SamplingFlags() {
 }
 
 const Names& RiverFlags() {
-  static const Names names = {"river_group_size",    "river_refine",        "river_lm_head",
-                              "exit_rule",
-                              "exit_threshold",      "min_backbone_layers", "max_backbone_layers",
-                              "resident_backbone_layers", "int4_kernel"};
+  static const Names names = {"river_group_size",    "river_refine",
+                              "river_lm_head",       "exit_rule",
+                              "exit_threshold",      "min_backbone_layers",
+                              "max_backbone_layers", "resident_backbone_layers",
+                              "int4_kernel"};
   return names;
 }
 
@@ -128,8 +129,7 @@ const Names& UpPassThroughFlags() {
       // decode workers
       "exit_threshold", "exit_rule", "min_backbone_layers", "max_backbone_layers",
       "river_group_size", "river_refine", "river_lm_head", "int4_kernel", "lease_ms", "exit_mode",
-      "draft_tokens",
-      "min_draft_confidence"};
+      "draft_tokens", "min_draft_confidence"};
   return names;
 }
 

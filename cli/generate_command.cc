@@ -66,8 +66,8 @@ absl::StatusOr<RiverGeneration> GenerateThroughEngine(LlamaModel& model,
   std::unique_ptr<River> river;
   if (with_river) {
     ESTUARY_ASSIGN_OR_RETURN(river, River::Build(model.weights(), river_options.quant,
-                                                       /*first_layer=*/0, /*row_parallel_blocks=*/1,
-                                                       river_options.lm_head));
+                                                 /*first_layer=*/0, /*row_parallel_blocks=*/1,
+                                                 river_options.lm_head));
   }
   if (const int resident = river_options.policy.resident_backbone_layers;
       river != nullptr && resident > 0) {
