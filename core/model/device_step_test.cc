@@ -1,9 +1,15 @@
 // The engine-side rules of device_step.h that need no GPU: how --gpu-memory-utilization turns
-// the device's free and total memory into a KV pool size, and where it is accepted.
+// the device's free and total memory into a KV pool size, where it is accepted, and which river
+// the GPU step refuses.
 #include "core/model/device_step.h"
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
+#include "core/model/model_loader.h"
+#include "core/model/river.h"
+#include "core/model/sharded_model.h"
 #include "gtest/gtest.h"
 
 namespace estuary {
@@ -40,6 +46,25 @@ TEST(ValidateDeviceSettingsTest, GpuMemoryUtilizationOnlyWithACudaDevice) {
   EXPECT_EQ(cpu.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(cpu.message().find("--kv-cache-memory"), absl::string_view::npos);
   EXPECT_EQ(ValidateDeviceSettings(0, 64, 1.2).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The GPU step reads the backbone's LM head for every token: a river with its own int4 head is
+// refused, naming the flag, before any device is looked for (so also in a build without CUDA).
+TEST(CreateDeviceStepForTest, RefusesARiverWithItsOwnLmHead) {
+  auto loaded = LoadModel("models/stories260K");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto river = River::Build(loaded->model->weights(), Int4QuantOptions(), /*first_layer=*/0,
+                            /*row_parallel_blocks=*/1, RiverLmHead::kInt4);
+  ASSERT_TRUE(river.ok()) << river.status();
+  const std::unique_ptr<ShardedModel> model = ShardedModel::Borrow(*loaded->model, river->get());
+  DeviceStepOptions options;
+  options.device = 0;
+  const auto step = CreateDeviceStepFor(*model, options, "decode");
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(std::string(step.status().message()).find("--river-lm-head shared"),
+            std::string::npos)
+      << step.status();
 }
 
 }  // namespace
