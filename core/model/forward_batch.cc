@@ -90,6 +90,12 @@ void Scatter(const Group& group, const std::vector<int64_t>& row_offset, int64_t
   }
 }
 
+// Whether a token that ran `backbone_layers` of `n_layers` on the backbone reads the river's LM
+// head (it left the backbone, and the river has a head of its own) rather than the backbone's.
+bool ReadsRiverLmHead(const River* river, int backbone_layers, int n_layers) {
+  return river != nullptr && river->lm_head() != nullptr && backbone_layers < n_layers;
+}
+
 // The final norm and LM head over the rows `rows` of x ([rows][dim]), in order, into logits
 // ([rows.size()][vocab]): rows with on_river_head[i] through the river's int4 head, the others
 // through the backbone's; one matmul per head.
@@ -133,9 +139,9 @@ absl::Status ApplyLmHeads(const LlamaModel& model, const River* river, const std
 }  // namespace
 
 int64_t DecodeStepWeightBytes(const LlamaModel& model, const River* river, int backbone_layers) {
-  const bool river_head = backbone_layers < model.config().n_layers && river->lm_head() != nullptr;
-  int64_t bytes = river_head ? river->lm_head()->bytes()
-                             : static_cast<int64_t>(model.weights().lm_head.nbytes());
+  int64_t bytes = ReadsRiverLmHead(river, backbone_layers, model.config().n_layers)
+                      ? river->lm_head()->bytes()
+                      : static_cast<int64_t>(model.weights().lm_head.nbytes());
   for (int l = 0; l < model.config().n_layers; ++l) {
     bytes += l < backbone_layers ? model.layer_bytes(l) : river->layer_bytes(l);
   }
@@ -292,8 +298,7 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
     if (!entries[e].want_logits) continue;
     const int64_t end = row_offset[e] + static_cast<int64_t>(entries[e].tokens.size());
     const int64_t first = entries[e].logits_every_token ? row_offset[e] : end - 1;
-    const bool river_head = river != nullptr && river->lm_head() != nullptr &&
-                            outcomes[e].backbone_layers < n_layers;
+    const bool river_head = ReadsRiverLmHead(river, outcomes[e].backbone_layers, n_layers);
     for (int64_t row = first; row < end; ++row) {
       head_rows.push_back(row);
       on_river_head.push_back(river_head);
