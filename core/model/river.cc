@@ -30,10 +30,10 @@ absl::StatusOr<std::vector<Int4Matrix>> QuantizeColumnBlocks(const Tensor& weigh
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<River>> River::Build(const LlamaWeights& weights,
-                                                    const Int4QuantOptions& options,
-                                                    int first_layer, int row_parallel_blocks,
-                                                    RiverLmHead lm_head) {
+absl::StatusOr<std::unique_ptr<River>> River::Build(
+    const LlamaWeights& weights, const Int4QuantOptions& options, int first_layer,
+    int row_parallel_blocks, RiverLmHead lm_head,
+    std::shared_ptr<const Int4Matrix> quantized_lm_head) {
   const int n_layers = static_cast<int>(weights.layers.size());
   if (first_layer < 0 || first_layer > n_layers) {
     return absl::InvalidArgumentError(
@@ -42,6 +42,13 @@ absl::StatusOr<std::unique_ptr<River>> River::Build(const LlamaWeights& weights,
   if (row_parallel_blocks < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("river row-parallel blocks ", row_parallel_blocks, " must be >= 1"));
+  }
+  const bool head_given = quantized_lm_head != nullptr;
+  if (head_given &&
+      (lm_head != RiverLmHead::kInt4 || quantized_lm_head->rows() != weights.lm_head.dim(0) ||
+       quantized_lm_head->cols() != weights.lm_head.dim(1))) {
+    return absl::InvalidArgumentError(
+        "a quantized LM head was given for a river without one, or of another shape");
   }
   const absl::Time start = absl::Now();
   std::unique_ptr<River> river(new River(options, first_layer));
@@ -59,16 +66,18 @@ absl::StatusOr<std::unique_ptr<River>> River::Build(const LlamaWeights& weights,
     river->layers_.push_back(Layer{std::move(wq), std::move(wk), std::move(wv), std::move(w_gate),
                                    std::move(w_up), std::move(wo), std::move(w_down)});
   }
-  if (lm_head == RiverLmHead::kInt4) {
+  if (head_given) {
+    river->lm_head_ = std::move(quantized_lm_head);
+  } else if (lm_head == RiverLmHead::kInt4) {
     ESTUARY_ASSIGN_OR_RETURN(Int4Matrix head, Int4Matrix::Quantize(weights.lm_head, options));
-    river->lm_head_ = std::make_unique<Int4Matrix>(std::move(head));
+    river->lm_head_ = std::make_shared<const Int4Matrix>(std::move(head));
   }
   ESTUARY_LOG(INFO) << "exit river: " << (n_layers - first_layer) << " layers"
-                    << (river->lm_head_ != nullptr ? " and the LM head" : "")
+                    << (river->lm_head_ != nullptr && !head_given ? " and the LM head" : "")
                     << " quantized to int4 (group " << options.group_size
                     << (options.refine ? ", refined" : ", RTN") << ") in "
                     << absl::ToDoubleSeconds(absl::Now() - start) << " s, " << river->bytes()
-                    << " bytes";
+                    << " bytes" << (head_given ? " (its LM head shared with another rank's)" : "");
   return river;
 }
 

@@ -33,13 +33,14 @@ class River {
   // river copy (a token cannot exit before them). With row_parallel_blocks B > 1 the o and down
   // projections are quantized as B column blocks each (groups never straddle a block) and
   // applied blockwise (linear.h), matching the rivers that B tensor-parallel ranks build from
-  // their shards. `lm_head` kInt4 also quantizes weights.lm_head (whole, on every rank: the
-  // backbone's head is not sharded either). Logs the time taken and the bytes.
-  static absl::StatusOr<std::unique_ptr<River>> Build(const LlamaWeights& weights,
-                                                      const Int4QuantOptions& options,
-                                                      int first_layer = 0,
-                                                      int row_parallel_blocks = 1,
-                                                      RiverLmHead lm_head = RiverLmHead::kShared);
+  // their shards. `lm_head` kInt4 also quantizes weights.lm_head (whole: the backbone's head is
+  // not sharded either), unless `quantized_lm_head` is given: the head another rank's river
+  // quantized from the same weights (shared_lm_head()), which this river then shares, so that
+  // tensor-parallel ranks hold and build one copy. Logs the time taken and the bytes.
+  static absl::StatusOr<std::unique_ptr<River>> Build(
+      const LlamaWeights& weights, const Int4QuantOptions& options, int first_layer = 0,
+      int row_parallel_blocks = 1, RiverLmHead lm_head = RiverLmHead::kShared,
+      std::shared_ptr<const Int4Matrix> quantized_lm_head = nullptr);
 
   int first_layer() const { return first_layer_; }
   int n_layers() const { return static_cast<int>(layers_.size()) + first_layer_; }
@@ -52,6 +53,8 @@ class River {
   const Int4Matrix& matrix(int layer, RiverProjection which) const;
   // The river's own LM head (RiverLmHead::kInt4), or null when the river shares the backbone's.
   const Int4Matrix* lm_head() const { return lm_head_.get(); }
+  // The same head, to hand to another rank's Build.
+  const std::shared_ptr<const Int4Matrix>& shared_lm_head() const { return lm_head_; }
   // Bytes of the layers' int4 weights and of the head when the river has one.
   int64_t bytes() const;
   const Int4QuantOptions& options() const { return options_; }
@@ -66,7 +69,7 @@ class River {
   Int4QuantOptions options_;
   int first_layer_ = 0;
   std::vector<Layer> layers_;
-  std::unique_ptr<Int4Matrix> lm_head_;  // RiverLmHead::kInt4 only
+  std::shared_ptr<const Int4Matrix> lm_head_;  // RiverLmHead::kInt4 only
 };
 
 }  // namespace estuary

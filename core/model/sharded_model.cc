@@ -81,10 +81,14 @@ ShardedModel::~ShardedModel() = default;
 
 absl::Status ShardedModel::BuildRiver(const Int4QuantOptions& options, int first_layer,
                                       RiverLmHead lm_head) {
+  // Every rank holds the whole LM head (replicated, as the backbone's): quantized once, on rank
+  // 0's river, and shared by the others'.
+  std::shared_ptr<const Int4Matrix> head;
   for (size_t r = 0; r < shards_.size(); ++r) {
     ESTUARY_ASSIGN_OR_RETURN(owned_rivers_[r],
                              River::Build(shards_[r]->weights(), options, first_layer,
-                                          shards_[r]->row_parallel_blocks(), lm_head));
+                                          shards_[r]->row_parallel_blocks(), lm_head, head));
+    head = owned_rivers_[r]->shared_lm_head();
     rivers_[r] = owned_rivers_[r].get();
   }
   return absl::OkStatus();

@@ -1,10 +1,12 @@
 // Tensor parallelism over CPU ranks: sharding rules, TP 2 against TP 1 and the golden ids (river
 // off and on), and a failing rank ending the step instead of hanging it.
 #include <memory>
+#include <utility>
 
 #include "core/model/generator.h"
 #include "core/model/kv_cache.h"
 #include "core/model/model_loader.h"
+#include "core/model/river.h"
 #include "core/model/sharded_model.h"
 #include "core/model/tensor_parallel.h"
 #include "gtest/gtest.h"
@@ -166,6 +168,30 @@ TEST_P(TensorParallelGoldenTest, TwoReductionBlocksMakeSizesOneAndTwoBitIdentica
 
 INSTANTIATE_TEST_SUITE_P(Shipped, TensorParallelGoldenTest,
                          ::testing::ValuesIn(::estuary::testing::GoldenModels()));
+
+// The river's int4 LM head is whole on every rank, as the backbone's: quantized once and shared
+// by the ranks' rivers; a head of another shape, or one handed to a river without a head, is
+// refused.
+TEST(TensorParallelTest, RanksShareOneInt4LmHead) {
+  std::unique_ptr<ShardedModel> tp2 = LoadSharded("stories260K", 2);
+  ASSERT_NE(tp2, nullptr);
+  ASSERT_TRUE(tp2->BuildRiver(Int4QuantOptions(), /*first_layer=*/0, RiverLmHead::kInt4).ok());
+  ASSERT_NE(tp2->river(0)->lm_head(), nullptr);
+  EXPECT_EQ(tp2->river(1)->lm_head(), tp2->river(0)->lm_head());
+  const std::shared_ptr<const Int4Matrix>& head = tp2->river(0)->shared_lm_head();
+  EXPECT_EQ(River::Build(tp2->shard(1).weights(), Int4QuantOptions(), 0, 1, RiverLmHead::kShared,
+                         head)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  auto other = Int4Matrix::Quantize(tp2->shard(0).weights().layers[0].wq, Int4QuantOptions());
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(River::Build(tp2->shard(1).weights(), Int4QuantOptions(), 0, 1, RiverLmHead::kInt4,
+                         std::make_shared<const Int4Matrix>(std::move(*other)))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
 
 // A rank that fails (here: rank 1 has no KV view) fails the whole step with its status while
 // rank 0 waits in an all-reduce; nothing hangs, and the next step runs on a fresh group.
