@@ -86,7 +86,9 @@ ABSL_FLAG(std::vector<std::string>, stop_token_ids, {}, "comma-separated token i
                                                         "generation");
 ABSL_FLAG(std::string, dtype, "", "weight dtype at load: f32 or bf16 (default: the file's); convert, widen: the dtype written (default f32, widen bf16)");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of text");
-ABSL_FLAG(int, threads, 0, "CPU threads for the GEMM library; 0 = its default");
+ABSL_FLAG(int, threads, 0,
+          "CPU threads of the kernels and the GEMM library (generate: all ranks together); 0 = "
+          "every core; eval-exit: the GEMM library's only (it decodes on one thread)");
 ABSL_FLAG(std::string, from, "", "convert, widen: llama2.c folder or model.bin");
 ABSL_FLAG(std::string, to, "", "convert, widen: output Hugging Face folder");
 ABSL_FLAG(std::string, preset, "tiny", "synth: tiny, small, llama-3.2-1b, llama-1b-v512 (the 1B decoder, vocabulary 512) or llama-3.1-8b; widen: the preset whose widths the model is written into");

@@ -1,9 +1,11 @@
 #include "cli/generate_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -47,6 +49,14 @@ absl::Status ValidateGenerateOptions(const GenerateOptions& options) {
 
 namespace {
 
+// The threads the kernels of a one-rank generation run on: --threads, or every core. Every path
+// of `generate` (plain, through the engine, tensor-parallel, lossless) decodes on as many, so
+// that their speeds compare.
+int DecodeThreads(const GenerateOptions& options) {
+  if (options.threads > 0) return options.threads;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 struct RiverGeneration {
   GenerateResult result;
   std::vector<int> backbone_layers;  // per generated token
@@ -60,7 +70,7 @@ absl::StatusOr<RiverGeneration> GenerateThroughEngine(LlamaModel& model,
                                                       const GenerateRequest& request,
                                                       bool with_river,
                                                       const RiverOptions& river_options,
-                                                      int cuda_device,
+                                                      int cuda_device, int threads,
                                                       const std::function<void(int32_t)>& on_token) {
   ESTUARY_RETURN_IF_ERROR(river_options.policy.Validate(model.config().n_layers));
   std::unique_ptr<River> river;
@@ -93,8 +103,10 @@ absl::StatusOr<RiverGeneration> GenerateThroughEngine(LlamaModel& model,
     }
     if (e.finished) out.result.finish_reason = e.finish_reason;
   };
+  // The engine's kernels run on `threads` threads (a GPU step ignores them).
+  const std::unique_ptr<ShardedModel> sharded = ShardedModel::Borrow(model, river.get(), threads);
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<DecodeEngine> engine,
-                           DecodeEngine::Create(model, river.get(), engine_options, sink));
+                           DecodeEngine::Create(*sharded, engine_options, sink));
   DecodeRequest decode;
   decode.request_id = "generate";
   decode.prompt_ids = request.prompt_ids;
@@ -121,6 +133,10 @@ absl::StatusOr<RiverGeneration> GenerateTensorParallel(std::unique_ptr<LlamaMode
   const int n_layers = model->config().n_layers;
   ShardedModelOptions sharding;
   sharding.tp_size = options.tensor_parallel_size;
+  // --threads is the whole process's: each rank gets its share (0: the cores, shared alike).
+  if (options.threads > 0) {
+    sharding.threads_per_rank = std::max(1, options.threads / options.tensor_parallel_size);
+  }
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> sharded,
                            ShardedModel::Create(std::move(model), sharding));
   ShardedForwardOptions forward;
@@ -190,13 +206,16 @@ absl::Status RunGenerate(const GenerateOptions& options) {
     if (options.river && !options.lossless) river = std::move(tp);
   } else if (options.river || !options.device.is_cpu()) {
     const int cuda_device = options.device.is_cpu() ? -1 : options.device.ordinal;
-    ESTUARY_ASSIGN_OR_RETURN(RiverGeneration engine,
-                             GenerateThroughEngine(*loaded.model, request, options.river,
-                                                   options.river_options, cuda_device, on_token));
+    ESTUARY_ASSIGN_OR_RETURN(
+        RiverGeneration engine,
+        GenerateThroughEngine(*loaded.model, request, options.river, options.river_options,
+                              cuda_device, DecodeThreads(options), on_token));
     result = engine.result;
     if (options.river) river = std::move(engine);
   } else {
-    ESTUARY_ASSIGN_OR_RETURN(result, Generate(*loaded.model, request, on_token));
+    const std::unique_ptr<ShardedModel> sharded =
+        ShardedModel::Borrow(*loaded.model, /*river=*/nullptr, DecodeThreads(options));
+    ESTUARY_ASSIGN_OR_RETURN(result, Generate(*sharded, request, on_token));
   }
   const std::string tail = detokenizer.Flush();
   completion_text += tail;
@@ -223,6 +242,7 @@ absl::Status RunGenerate(const GenerateOptions& options) {
       {"tokens_per_second", result.tokens_per_second},
       {"prefill_seconds", result.prefill_seconds},
       {"decode_seconds", result.decode_seconds},
+      {"threads", DecodeThreads(options)},
   };
   if (options.lossless) {
     out["exit_mode"] = "lossless";

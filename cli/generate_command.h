@@ -20,12 +20,14 @@ struct GenerateOptions {
   SamplingParams sampling;
   std::optional<DType> dtype;
   bool json = false;
-  int threads = 0;  // 0: library default
+  // --threads: the CPU threads the kernels and the GEMM library run on, all the ranks together;
+  // 0: every core.
+  int threads = 0;
   // --river: decode through the paged engine with the exit river (policy and quantization from
   // the river flags); otherwise the plain full-depth path.
   bool river = false;
   RiverOptions river_options;
-  // --tensor-parallel-size: ranks (threads of this process, each with cores / N GEMM threads).
+  // --tensor-parallel-size: ranks (threads of this process, each with threads / N kernel threads).
   // Above 1 generation runs on a ShardedModel (one contiguous cache per rank; with --river the
   // exit decision is taken per step on every rank alike).
   int tensor_parallel_size = 1;

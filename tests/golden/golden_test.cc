@@ -34,9 +34,10 @@ struct Generated {
   std::vector<int32_t> completion_ids;
 };
 
-// Runs `estuary generate` greedily with 200 new tokens and parses its JSON.
+// Runs `estuary generate` greedily with 200 new tokens and parses its JSON (also into `json`).
 Generated RunGenerate(const std::string& model_path, const std::string& prompt,
-                      const std::vector<std::string>& extra = {}) {
+                      const std::vector<std::string>& extra = {},
+                      nlohmann::json* json = nullptr) {
   std::vector<std::string> argv = {BinaryPath("cli/estuary"), "generate",
                                    "--model",                 model_path,
                                    "--prompt",                prompt,
@@ -54,6 +55,7 @@ Generated RunGenerate(const std::string& model_path, const std::string& prompt,
   if (!out.is_object()) return {};
   EXPECT_TRUE(out.contains("tokens_per_second"));
   EXPECT_TRUE(out.contains("completion_text"));
+  if (json != nullptr) *json = out;
   return {out["prompt_ids"].get<std::vector<int32_t>>(),
           out["completion_ids"].get<std::vector<int32_t>>()};
 }
@@ -123,6 +125,19 @@ TEST_P(GoldenTest, TensorParallelSizeTwoMatchesGoldenIds) {
       RunGenerate(ModelDir(c.model), c.prompt, {"--tensor-parallel-size", "2"});
   EXPECT_EQ(got.prompt_ids, c.prompt_ids);
   EXPECT_EQ(got.completion_ids, c.completion_ids);
+}
+
+// The kernels split their rows among --threads threads (the default: every core); one thread
+// and three (an odd split, more than CI's cores) give the golden ids, and the JSON says how many
+// threads decoded.
+TEST_P(GoldenTest, AnyThreadCountMatchesGoldenIds) {
+  const GoldenCase& c = GetParam();
+  for (const std::string threads : {"1", "3"}) {
+    nlohmann::json json;
+    const Generated got = RunGenerate(ModelDir(c.model), c.prompt, {"--threads", threads}, &json);
+    EXPECT_EQ(got.completion_ids, c.completion_ids) << "--threads " << threads;
+    EXPECT_EQ(json.value("threads", 0), std::stoi(threads));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shipped, GoldenTest, ::testing::ValuesIn(AllGoldenCases()), CaseName);
