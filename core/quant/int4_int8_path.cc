@@ -125,13 +125,32 @@ void PanelTiles(const Int8Path& path, const Int4Matrix& w, int pi, const Prepare
   RowsFn fns[kMaxChunkTokens + 1] = {nullptr};
   int row_step = 0, token_step = 0;
   path.pick_kernels(w, p.n_tokens == 1, fns, &row_step, &token_step);
-  KernelArgs a;
+  KernelArgs a{};
   a.n_groups16 = n_groups16;
   a.x8_block_stride = p.n_tokens * kBlockCols;
   a.x_stride = p.padded_groups;
   a.n_blocks = pn.n_blocks;
   a.blocks_per_group = std::max<int64_t>(1, w.group_size() / kBlockCols);
   a.blocks_per_superblock = w.group_size() / 8;
+  // The GEMV reads the f16 parameters in the kernel where the path has such a kernel and the
+  // panel's superblocks are whole (GroupLanesFit makes them so; checked because the kernel reads
+  // 16 groups at a time, and past a panel's last group the chunk holds other bytes, which the
+  // f32 copy zeroes).
+  if (p.n_tokens == 1 && path.f16_param_gemv != nullptr &&
+      w.layout() == Int4Layout::kGroupLanes && pn.n_groups % 16 == 0) {
+    a.param_groups = pn.n_groups;
+    a.xstep = p.xstep + pn.group0;
+    a.x8 = p.x8 + (pn.col0 / kBlockCols) * a.x8_block_stride;
+    a.xsum = p.xsum + pn.group0;
+    int4_kernel_common::RunPanelTiles(
+        w, pi, /*n_tokens=*/1, tile_begin, tile_end, kTileRows, /*token_step=*/1, y,
+        [&](int64_t tile) { a.params16 = w.chunk_params(pi, tile); }, [](int64_t, int) {},
+        [&](int64_t tile, int64_t, int, float* dots) {
+          path.f16_param_gemv(reinterpret_cast<const uint8_t*>(w.chunk_nibbles(pi, tile)), a,
+                              dots);
+        });
+    return;
+  }
   int4_kernel_common::RunPanelTiles(
       w, pi, p.n_tokens, tile_begin, tile_end, row_step, token_step, y,
       [&](int64_t tile) {
