@@ -119,12 +119,6 @@ void PanelTiles(const Int8Path& path, const Int4Matrix& w, int pi, const Prepare
                 int64_t tile_begin, int64_t tile_end, float* y) {
   const Int4Matrix::Panel& pn = w.panel(pi);
   const int64_t n_groups16 = (pn.n_groups + 15) / 16 * 16;
-  float* params = static_cast<float*>(
-      Scratch(0, static_cast<size_t>((2 + kMaxChunkTokens) * kTileRows * kParamStride) * 4));
-  float* combined = params + 2 * kTileRows * kParamStride;
-  RowsFn fns[kMaxChunkTokens + 1] = {nullptr};
-  int row_step = 0, token_step = 0;
-  path.pick_kernels(w, p.n_tokens == 1, fns, &row_step, &token_step);
   KernelArgs a{};
   a.n_groups16 = n_groups16;
   a.x8_block_stride = p.n_tokens * kBlockCols;
@@ -132,25 +126,35 @@ void PanelTiles(const Int8Path& path, const Int4Matrix& w, int pi, const Prepare
   a.n_blocks = pn.n_blocks;
   a.blocks_per_group = std::max<int64_t>(1, w.group_size() / kBlockCols);
   a.blocks_per_superblock = w.group_size() / 8;
-  // The GEMV reads the f16 parameters in the kernel where the path has such a kernel and the
-  // panel's superblocks are whole (GroupLanesFit makes them so; checked because the kernel reads
+  // The kernels read the f16 parameters themselves where the path has such kernels and the
+  // panel's superblocks are whole (GroupLanesFit makes them so; checked because the kernels read
   // 16 groups at a time, and past a panel's last group the chunk holds other bytes, which the
   // f32 copy zeroes).
-  if (p.n_tokens == 1 && path.f16_param_gemv != nullptr &&
-      w.layout() == Int4Layout::kGroupLanes && pn.n_groups % 16 == 0) {
+  if (path.f16_param_lanes[1] != nullptr && w.layout() == Int4Layout::kGroupLanes &&
+      pn.n_groups % 16 == 0) {
+    static_assert(kMaxF16ParamTokens == kMaxChunkTokens);
     a.param_groups = pn.n_groups;
-    a.xstep = p.xstep + pn.group0;
-    a.x8 = p.x8 + (pn.col0 / kBlockCols) * a.x8_block_stride;
-    a.xsum = p.xsum + pn.group0;
     int4_kernel_common::RunPanelTiles(
-        w, pi, /*n_tokens=*/1, tile_begin, tile_end, kTileRows, /*token_step=*/1, y,
-        [&](int64_t tile) { a.params16 = w.chunk_params(pi, tile); }, [](int64_t, int) {},
-        [&](int64_t tile, int64_t, int, float* dots) {
-          path.f16_param_gemv(reinterpret_cast<const uint8_t*>(w.chunk_nibbles(pi, tile)), a,
-                              dots);
+        w, pi, p.n_tokens, tile_begin, tile_end, kTileRows,
+        p.n_tokens == 1 ? 1 : kMaxChunkTokens, y,
+        [&](int64_t tile) { a.params16 = w.chunk_params(pi, tile); },
+        [&](int64_t t0, int) {
+          a.x8 = p.x8 + (pn.col0 / kBlockCols) * a.x8_block_stride + t0 * kBlockCols;
+          a.xsum = p.xsum + t0 * p.padded_groups + pn.group0;
+          a.xstep = p.xstep + t0 * p.padded_groups + pn.group0;
+        },
+        [&](int64_t tile, int64_t, int chunk, float* dots) {
+          path.f16_param_lanes[chunk](reinterpret_cast<const uint8_t*>(w.chunk_nibbles(pi, tile)),
+                                      a, dots);
         });
     return;
   }
+  float* params = static_cast<float*>(
+      Scratch(0, static_cast<size_t>((2 + kMaxChunkTokens) * kTileRows * kParamStride) * 4));
+  float* combined = params + 2 * kTileRows * kParamStride;
+  RowsFn fns[kMaxChunkTokens + 1] = {nullptr};
+  int row_step = 0, token_step = 0;
+  path.pick_kernels(w, p.n_tokens == 1, fns, &row_step, &token_step);
   int4_kernel_common::RunPanelTiles(
       w, pi, p.n_tokens, tile_begin, tile_end, row_step, token_step, y,
       [&](int64_t tile) {

@@ -40,12 +40,16 @@ struct KernelArgs {
   int64_t n_blocks;
   int64_t blocks_per_group;       // groups of >= 128 columns
   int64_t blocks_per_superblock;  // kGroupLanes: G / 8 blocks per 16 groups
-  // Int8Path::f16_param_gemv only (scales and offsets are then unused): the tile's f16 scales
-  // [kTileRows][param_groups] then offsets (Int4Matrix::chunk_params), and token 0's e_tg.
+  // Int8Path::f16_param_lanes only (scales and offsets are then unused): the tile's f16 scales
+  // [kTileRows][param_groups] then offsets (Int4Matrix::chunk_params), and token t's e_tg at
+  // xstep + t * x_stride.
   const uint16_t* params16;
   int64_t param_groups;
   const float* xstep;
 };
+
+// Most tokens of an Int8Path::f16_param_lanes kernel (int4_kernel_common's kMaxChunkTokens).
+constexpr int kMaxF16ParamTokens = 4;
 
 // Fills dots[r * kT + t] for the kernel's kR rows from `words` (the first row's block 0).
 using RowsFn = void (*)(const uint8_t* words, const KernelArgs& a, float* dots);
@@ -62,12 +66,13 @@ struct Int8Path {
   // row_step rows each; calls take at most token_step tokens.
   void (*pick_kernels)(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step,
                        int* token_step);
-  // Optional (null: none): a kGroupLanes GEMV over the tile's 4 rows that reads the f16
-  // parameters itself (KernelArgs::params16) and forms s_rg · e_tg in registers, for panels whose
-  // groups are a multiple of 16. It must give the bits fns[1] gives after the per-tile
+  // Optional (all null: none): kGroupLanes kernels over the tile's 4 rows × k tokens
+  // (f16_param_lanes[k], k <= kMaxChunkTokens) that read the f16 parameters themselves
+  // (KernelArgs::params16) and form s_rg · e_tg in registers, for panels whose groups are a
+  // multiple of 16. Each must give the bits pick_kernels' kernel gives after the per-tile
   // LoadChunkParams and CombineScales it saves: those two and the walk around them took ~30% of
   // an L2-resident GEMV on a Zen 3 VM.
-  RowsFn f16_param_gemv;
+  RowsFn f16_param_lanes[kMaxF16ParamTokens + 1];
 };
 
 // y = W x for n_tokens tokens on `pool` through `path`.

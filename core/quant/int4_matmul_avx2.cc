@@ -14,10 +14,10 @@
 //
 // Kernels: for kBlocks, kR rows × kT tokens of accumulators (the GEMV 4 rows × 1 token, batches
 // 4 rows × 2 tokens; one row's codes live at a time, x re-read from L1 per row); for kGroupLanes,
-// LaneGemv and LaneBatch. The kGroupLanes GEMV reads the tile's f16 scales and offsets itself
-// (Int8Path::f16_param_gemv) instead of the f32 copies the walk makes per tile: on a Zen 3 VM,
+// LaneGemv and LaneBatch. Those read the tile's f16 scales and offsets themselves
+// (Int8Path::f16_param_lanes) instead of the f32 copies the walk makes per tile: on a Zen 3 VM,
 // one thread, a 512 x 2048 matrix in L2 ran at 19.6-22.7 GB/s against 12.2-17.0 (five
-// alternating runs), the 1B shapes from DRAM at 7.9-10.4 against 6.7-9.0 (three). In every kernel each (row, token) runs the same operations in the same
+// alternating runs), the 1B shapes from DRAM at 7.9-10.4 against 6.7-9.0 (three) (the GEMV). In every kernel each (row, token) runs the same operations in the same
 // order whatever the rows and tokens of the call, so results are bitwise independent of the
 // batch.
 
@@ -266,9 +266,24 @@ ESTUARY_AVX2_TARGET inline __m256 FoldLanesF16(const __m256i* isum, const uint16
   return acc;
 }
 
+// acc + row r's and token t's superblock g..g + 15: from the f32 parameters of LoadChunkParams
+// and CombineScales (a.scales, a.offsets), or (kF16Params) from the tile's f16 ones read here
+// (a.params16, a.xstep: Int8Path::f16_param_lanes), the same bits either way.
+template <bool kF16Params>
+ESTUARY_AVX2_TARGET inline __m256 FoldRow(const __m256i* isum, const KernelArgs& a, int r, int t,
+                                          int64_t g, __m256 acc) {
+  const float* xsum = a.xsum + t * a.x_stride + g;
+  if constexpr (kF16Params) {
+    const uint16_t* scales16 = a.params16 + r * a.param_groups + g;
+    return FoldLanesF16(isum, scales16, scales16 + kTileRows * a.param_groups,
+                        a.xstep + t * a.x_stride + g, xsum, acc);
+  } else {
+    return FoldLanes(isum, a.scales + (t * kTileRows + r) * kParamStride + g,
+                     a.offsets + r * kParamStride + g, xsum, acc);
+  }
+}
+
 // The GEMV: the tile's 4 rows block by block (the weights stream front to back; 8 sums live).
-// kF16Params: the f32 parameters of LoadChunkParams and CombineScales (a.scales, a.offsets), or
-// the tile's f16 ones read here (a.params16, Int8Path::f16_param_gemv), the same bits either way.
 template <bool kF16Params>
 ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneGemv(const uint8_t* words,
                                                              const KernelArgs& a, float* dots) {
@@ -289,14 +304,7 @@ ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneGemv(const uint8_t* words
       }
     }
     for (int r = 0; r < kTileRows; ++r) {
-      if constexpr (kF16Params) {
-        const uint16_t* scales16 = a.params16 + r * a.param_groups + g;
-        acc[r] = FoldLanesF16(isum[r], scales16, scales16 + kTileRows * a.param_groups,
-                              a.xstep + g, a.xsum + g, acc[r]);
-      } else {
-        acc[r] = FoldLanes(isum[r], a.scales + r * kParamStride + g,
-                           a.offsets + r * kParamStride + g, a.xsum + g, acc[r]);
-      }
+      acc[r] = FoldRow<kF16Params>(isum[r], a, r, /*t=*/0, g, acc[r]);
     }
   }
   for (int r = 0; r < kTileRows; ++r) dots[r] = SumOfLanes(acc[r]);
@@ -310,7 +318,7 @@ ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneGemv(const uint8_t* words
 // 4 rows x 2 tokens (16 sums, which spill) measured 1.05-1.12x and 1.06-1.17x in one run: the
 // same within this VM's noise. The GEMV row by row lost 22-38% (the weights no longer stream
 // front to back).
-template <int kT>
+template <int kT, bool kF16Params>
 ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneBatch(const uint8_t* words,
                                                               const KernelArgs& a, float* dots) {
   const __m256i mask = _mm256_set1_epi8(0x0F);
@@ -330,9 +338,7 @@ ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneBatch(const uint8_t* word
         for (int t = 0; t < kT; ++t) AddLaneSums(codes, xb + t * kBlockCols, ones, isum[t]);
       }
       for (int t = 0; t < kT; ++t) {
-        acc[r * kT + t] = FoldLanes(isum[t], a.scales + (t * kTileRows + r) * kParamStride + g,
-                                    a.offsets + r * kParamStride + g,
-                                    a.xsum + t * a.x_stride + g, acc[r * kT + t]);
+        acc[r * kT + t] = FoldRow<kF16Params>(isum[t], a, r, t, g, acc[r * kT + t]);
       }
     }
   }
@@ -357,9 +363,9 @@ void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int
   if (w.layout() == Int4Layout::kGroupLanes) {
     *token_step = gemv ? 1 : 4;
     fns[1] = &LaneGemv<false>;  // a batch's lone last token too: the same operations as LaneBatch<1>
-    fns[2] = &LaneBatch<2>;
-    fns[3] = &LaneBatch<3>;
-    fns[4] = &LaneBatch<4>;
+    fns[2] = &LaneBatch<2, false>;
+    fns[3] = &LaneBatch<3, false>;
+    fns[4] = &LaneBatch<4, false>;
     return;
   }
   *token_step = gemv ? 1 : 2;
@@ -367,8 +373,11 @@ void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int
   fns[2] = PickRows<4, 2>(w);
 }
 
-constexpr int4_int8::Int8Path kPath = {&SumMaxAbs, &RoundToInt8, &PickKernels,
-                                        &LaneGemv</*kF16Params=*/true>};
+constexpr int4_int8::Int8Path kPath = {
+    &SumMaxAbs,
+    &RoundToInt8,
+    &PickKernels,
+    {nullptr, &LaneGemv<true>, &LaneBatch<2, true>, &LaneBatch<3, true>, &LaneBatch<4, true>}};
 
 }  // namespace
 

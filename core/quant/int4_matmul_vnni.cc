@@ -230,7 +230,7 @@ void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int
 }
 
 constexpr int4_int8::Int8Path kPath = {&SumMaxAbs, &RoundToInt8, &PickKernels,
-                                        /*f16_param_gemv=*/nullptr};
+                                        /*f16_param_lanes=*/{}};
 
 }  // namespace
 
