@@ -11,6 +11,7 @@
 #include "kvtransfer/fingerprint.h"
 #include "rpc/cluster_security.h"
 #include "rpc/overload.h"
+#include "rpc/peer_failure.h"
 #include "rpc/status_convert.h"
 #include "rpc/worker_request.h"
 #include "worker/engine_metrics.h"
@@ -39,6 +40,14 @@ struct PrefillMetrics {
 };
 // How often a waiting Prefill handler looks at its client.
 constexpr absl::Duration kClientPoll = absl::Milliseconds(50);
+
+// A failed KV transfer as the Prefill call's answer. UNAVAILABLE there is the decode worker
+// (the push's peer) gone or unreachable, not this worker: said so (rpc/peer_failure.h), so that
+// the router drops the decode worker and keeps this one.
+grpc::Status TransferFailure(grpc::ServerContext* context, const absl::Status& status) {
+  return absl::IsUnavailable(status) ? rpc::PeerFailed(context, status)
+                                     : rpc::ToGrpcStatus(status);
+}
 }  // namespace
 
 struct PrefillService::Pending {
@@ -145,7 +154,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
       fingerprint_, in.prompt_ids_size(), deadline);
   if (!pusher.ok()) {
     PrefillMetrics::Get().transfer_failures.Increment();
-    return rpc::ToGrpcStatus(pusher.status());
+    return TransferFailure(context, pusher.status());
   }
   pending->pusher = std::move(*pusher);
 
@@ -244,6 +253,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   forget();
   loop_->Notify();
   if (!abort_reason.ok() && control_.ending) return worker::ShutDownBeforeFinishStatus();
+  if (transfer_failed) return TransferFailure(context, status);
   return rpc::ToGrpcStatus(status);
 }
 

@@ -8,6 +8,7 @@
 #include "core/common/logging.h"
 #include "rpc/caller_identity.h"
 #include "rpc/overload.h"
+#include "rpc/peer_failure.h"
 #include "rpc/status_convert.h"
 #include "rpc/worker_request.h"
 
@@ -527,7 +528,8 @@ void GenerateCall::StartPrefill(const Attempt& attempt,
       context.get(), &op->request, &op->response,
       [self = shared_from_this(), op, context, call, address = attempt.decode_address,
        id = attempt.worker_request_id](grpc::Status status) {
-        self->OnPrefillEnd(call, status, op->response, address, id);
+        self->OnPrefillEnd(call, status, op->response, address, id,
+                           !status.ok() && rpc::ServerBlamedItsPeer(*context));
       });
 }
 
@@ -563,7 +565,7 @@ void GenerateCall::OnReserveEnd(uint64_t call, const grpc::Status& status,
 void GenerateCall::OnPrefillEnd(uint64_t call, const grpc::Status& status,
                                 const estuary::v1::PrefillResponse& response,
                                 const std::string& decode_address,
-                                const std::string& worker_request_id) {
+                                const std::string& worker_request_id, bool decode_failed) {
   Todo todo;
   {
     absl::MutexLock lock(&mu_);
@@ -586,8 +588,11 @@ void GenerateCall::OnPrefillEnd(uint64_t call, const grpc::Status& status,
       Apply(FlowEvent::kPrefilled, absl::OkStatus(), todo);
     } else {
       // The prefill worker sends the decode worker an abort completion itself when it can; the
-      // attempt's end aborts the reservation too, for when it cannot (unreachable).
-      const FlowEvent event = Classify(status, attempt_.prefill_id);
+      // attempt's end aborts the reservation too, for when it cannot (unreachable). A push that
+      // failed on the decode worker's side is that worker's failure: it is the one dropped and
+      // avoided, and the prefill worker keeps serving.
+      const FlowEvent event =
+          Classify(status, decode_failed ? attempt_.decode_id : attempt_.prefill_id);
       const absl::Status failure = CallFailure("Prefill", attempt_.prefill_id, status);
       Apply(event, InterruptedOr(failure, "--prefill-timeout"), todo);
     }

@@ -179,9 +179,12 @@ class GenerateCall final : public grpc::ServerWriteReactor<estuary::v1::Generate
   void OnReserveEnd(uint64_t call, const grpc::Status& status,
                     const estuary::v1::ReserveResponse& response,
                     const std::string& decode_address, const std::string& worker_request_id);
+  // `decode_failed`: the prefill worker said its failure was the decode worker's (its KV push's
+  // peer; rpc/peer_failure.h).
   void OnPrefillEnd(uint64_t call, const grpc::Status& status,
                     const estuary::v1::PrefillResponse& response,
-                    const std::string& decode_address, const std::string& worker_request_id);
+                    const std::string& decode_address, const std::string& worker_request_id,
+                    bool decode_failed);
   // A new call context for the current attempt's next call, with `deadline`.
   std::shared_ptr<grpc::ClientContext> NewCallLocked(CallKind kind, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -145,6 +146,18 @@ std::vector<std::unique_ptr<Stream>> StartInTurn(t::Cluster& cluster,
     EXPECT_TRUE(streams.back()->ReadFirstTokens()) << cluster.Logs();
   }
   return streams;
+}
+
+// The first of workers 0 and 1 for which `holds` is true, polled for up to 10 s; -1 if neither.
+int FirstOfTwoThat(const std::function<bool(int)>& holds) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < give_up) {
+    for (int i = 0; i < 2; ++i) {
+      if (holds(i)) return i;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return -1;
 }
 
 void ReadAllToEnd(std::vector<std::unique_ptr<Stream>>& streams) {
@@ -343,18 +356,13 @@ TEST(PrefillFailureTest, AKilledPrefillWorkersRequestIsRetriedElsewhereAndComple
   t::Generated got;
   std::thread client([&] { got = t::Generate(cluster.stub(), t::GreedyIds(c.prompt_ids, 40)); });
   // The prefill worker that has the prompt (its load counts it at once).
-  int victim = -1;
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (victim < 0 && absl::Now() < give_up) {
-    for (int i = 0; i < 2 && victim < 0; ++i) {
-      auto stub = estuary::v1::PrefillWorker::NewStub(
-          grpc::CreateChannel(cluster.prefill(i).address, grpc::InsecureChannelCredentials()));
-      grpc::ClientContext context;
-      estuary::v1::WorkerLoad load;
-      if (stub->GetLoad(&context, {}, &load).ok() && load.running_sequences() > 0) victim = i;
-    }
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  const int victim = FirstOfTwoThat([&](int i) {
+    auto stub = estuary::v1::PrefillWorker::NewStub(
+        grpc::CreateChannel(cluster.prefill(i).address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    estuary::v1::WorkerLoad load;
+    return stub->GetLoad(&context, {}, &load).ok() && load.running_sequences() > 0;
+  });
   ASSERT_GE(victim, 0) << "no prefill worker took the prompt\n" << cluster.Logs();
   cluster.prefill(victim).process->Signal(SIGKILL);
   const absl::Time killed = absl::Now();
@@ -379,6 +387,38 @@ TEST(PrefillFailureTest, AKilledPrefillWorkersRequestIsRetriedElsewhereAndComple
               "pages back %.0f ms after the kill (lease 2 s + grace 1 s)\n",
               absl::ToDoubleMilliseconds(finished_after),
               absl::ToDoubleMilliseconds(absl::Now() - killed));
+}
+
+// A decode worker SIGKILLed while the prefill worker pushes its request's KV: the push fails on
+// the prefill worker, which says the failure was its peer's (rpc/peer_failure.h), so the router
+// drops and avoids the decode worker, keeps the prefill worker, and the request completes on the
+// other decode worker with the golden ids. Before, the router dropped the healthy prefill worker
+// for its peer's death.
+TEST(PrefillFailureTest, ADecodeWorkerKilledDuringThePushCostsThePrefillWorkerNothing) {
+  t::ClusterSpec spec = t::Spec("stories260K", 1, 2, 1, 1);
+  spec.prefill_flags = {"--debug-step-delay", "500ms"};
+  t::Cluster cluster(spec);
+  WaitRegistered(cluster.prefill(0));
+  WaitRegistered(cluster.decode(0));
+  WaitRegistered(cluster.decode(1));
+  const int free_pages[2] = {t::FreePages(cluster.decode(0).address, true),
+                             t::FreePages(cluster.decode(1).address, true)};
+  const t::GoldenCase c = t::LoadGoldenCases("stories260K").at(0);
+  t::Generated got;
+  std::thread client([&] { got = t::Generate(cluster.stub(), t::GreedyIds(c.prompt_ids, 40)); });
+  // The decode worker holding the request's reservation (its free pages drop at Reserve); the
+  // prefill worker's 500 ms step is then under way, pushing into it.
+  const int victim = FirstOfTwoThat(
+      [&](int i) { return t::FreePages(cluster.decode(i).address, true) < free_pages[i]; });
+  ASSERT_GE(victim, 0) << "no decode worker reserved pages\n" << cluster.Logs();
+  cluster.decode(victim).process->Signal(SIGKILL);
+  client.join();
+  const std::string router_log = cluster.router().process->Log();
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message() << "\n" << router_log;
+  EXPECT_EQ(got.ids, Prefix(c.completion_ids, 40));
+  EXPECT_EQ(Count(router_log, "prefill worker", "unreachable; dropped"), 0) << router_log;
+  EXPECT_EQ(Count(router_log, "decode worker", "unreachable; dropped"), 1) << router_log;
+  EXPECT_EQ(Count(router_log, "trying another worker"), 1) << router_log;
 }
 
 // C9: both decode workers restarted in turn (SIGTERM, wait for the exit, start again) while six
