@@ -49,12 +49,14 @@ absl::Status ValidateGenerateOptions(const GenerateOptions& options) {
 
 namespace {
 
-// The threads the kernels of a one-rank generation run on: --threads, or every core. Every path
-// of `generate` (plain, through the engine, tensor-parallel, lossless) decodes on as many, so
-// that their speeds compare.
-int DecodeThreads(const GenerateOptions& options) {
-  if (options.threads > 0) return options.threads;
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+// The threads each rank's kernels run on: --threads (or every core) shared among the ranks.
+// Every path of `generate` (plain, through the engine, tensor-parallel, lossless) decodes on as
+// many, so that their speeds compare.
+int ThreadsPerRank(const GenerateOptions& options) {
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, threads / options.tensor_parallel_size);
 }
 
 struct RiverGeneration {
@@ -133,10 +135,7 @@ absl::StatusOr<RiverGeneration> GenerateTensorParallel(std::unique_ptr<LlamaMode
   const int n_layers = model->config().n_layers;
   ShardedModelOptions sharding;
   sharding.tp_size = options.tensor_parallel_size;
-  // --threads is the whole process's: each rank gets its share (0: the cores, shared alike).
-  if (options.threads > 0) {
-    sharding.threads_per_rank = std::max(1, options.threads / options.tensor_parallel_size);
-  }
+  sharding.threads_per_rank = ThreadsPerRank(options);
   ESTUARY_ASSIGN_OR_RETURN(std::unique_ptr<ShardedModel> sharded,
                            ShardedModel::Create(std::move(model), sharding));
   ShardedForwardOptions forward;
@@ -209,12 +208,12 @@ absl::Status RunGenerate(const GenerateOptions& options) {
     ESTUARY_ASSIGN_OR_RETURN(
         RiverGeneration engine,
         GenerateThroughEngine(*loaded.model, request, options.river, options.river_options,
-                              cuda_device, DecodeThreads(options), on_token));
+                              cuda_device, ThreadsPerRank(options), on_token));
     result = engine.result;
     if (options.river) river = std::move(engine);
   } else {
     const std::unique_ptr<ShardedModel> sharded =
-        ShardedModel::Borrow(*loaded.model, /*river=*/nullptr, DecodeThreads(options));
+        ShardedModel::Borrow(*loaded.model, /*river=*/nullptr, ThreadsPerRank(options));
     ESTUARY_ASSIGN_OR_RETURN(result, Generate(*sharded, request, on_token));
   }
   const std::string tail = detokenizer.Flush();
@@ -242,7 +241,7 @@ absl::Status RunGenerate(const GenerateOptions& options) {
       {"tokens_per_second", result.tokens_per_second},
       {"prefill_seconds", result.prefill_seconds},
       {"decode_seconds", result.decode_seconds},
-      {"threads", DecodeThreads(options)},
+      {"threads", ThreadsPerRank(options) * options.tensor_parallel_size},
   };
   if (options.lossless) {
     out["exit_mode"] = "lossless";

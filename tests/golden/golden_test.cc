@@ -127,6 +127,16 @@ TEST_P(GoldenTest, TensorParallelSizeTwoMatchesGoldenIds) {
   EXPECT_EQ(got.completion_ids, c.completion_ids);
 }
 
+// --threads is the process's, shared among the ranks: 3 threads at TP 2 are 1 per rank.
+TEST_P(GoldenTest, TensorParallelRanksShareTheThreads) {
+  const GoldenCase& c = GetParam();
+  nlohmann::json json;
+  const Generated got = RunGenerate(ModelDir(c.model), c.prompt,
+                                    {"--tensor-parallel-size", "2", "--threads", "3"}, &json);
+  EXPECT_EQ(got.completion_ids, c.completion_ids);
+  EXPECT_EQ(json.value("threads", 0), 2);
+}
+
 // The kernels split their rows among --threads threads (the default: every core); one thread
 // and three (an odd split, more than CI's cores) give the golden ids, and the JSON says how many
 // threads decoded.
