@@ -40,16 +40,13 @@ struct KernelArgs {
   int64_t n_blocks;
   int64_t blocks_per_group;       // groups of >= 128 columns
   int64_t blocks_per_superblock;  // kGroupLanes: G / 8 blocks per 16 groups
-  // Int8Path::f16_param_lanes only (scales and offsets are then unused): the tile's f16 scales
-  // [kTileRows][param_groups] then offsets (Int4Matrix::chunk_params), and token t's e_tg at
-  // xstep + t * x_stride.
+  // Kernels that read the f16 parameters themselves (Int8Path::pick_kernels; scales and offsets
+  // are then unused): the tile's f16 scales [kTileRows][param_groups] then offsets
+  // (Int4Matrix::chunk_params), and token t's e_tg at xstep + t * x_stride.
   const uint16_t* params16;
   int64_t param_groups;
   const float* xstep;
 };
-
-// Most tokens of an Int8Path::f16_param_lanes kernel (int4_kernel_common's kMaxChunkTokens).
-constexpr int kMaxF16ParamTokens = 4;
 
 // Fills dots[r * kT + t] for the kernel's kR rows from `words` (the first row's block 0).
 using RowsFn = void (*)(const uint8_t* words, const KernelArgs& a, float* dots);
@@ -63,16 +60,14 @@ struct Int8Path {
   // length (the caller rounds the rest the same way).
   int64_t (*round_to_int8)(const float* x, int64_t n, float inv, int8_t* out);
   // The row kernels for this matrix and call: fns[k] runs k tokens (k <= kMaxChunkTokens),
-  // row_step rows each; calls take at most token_step tokens.
+  // row_step rows each; calls take at most token_step tokens. *f16_params: the kernels read the
+  // tile's f16 scales and offsets themselves and form s_rg · e_tg in registers
+  // (KernelArgs::params16), so the walk skips the per-tile f32 copy and combined-scale pass
+  // (LoadChunkParams, CombineScales: with the walk around them ~30% of an L2-resident GEMV on a
+  // Zen 3 VM); else they read those f32 copies (KernelArgs::scales, offsets). The results are the
+  // same bits either way.
   void (*pick_kernels)(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step,
-                       int* token_step);
-  // Optional (all null: none): kGroupLanes kernels over the tile's 4 rows × k tokens
-  // (f16_param_lanes[k], k <= kMaxChunkTokens) that read the f16 parameters themselves
-  // (KernelArgs::params16) and form s_rg · e_tg in registers, for panels whose groups are a
-  // multiple of 16. Each must give the bits pick_kernels' kernel gives after the per-tile
-  // LoadChunkParams and CombineScales it saves: those two and the walk around them took ~30% of
-  // an L2-resident GEMV on a Zen 3 VM.
-  RowsFn f16_param_lanes[kMaxF16ParamTokens + 1];
+                       int* token_step, bool* f16_params);
 };
 
 // y = W x for n_tokens tokens on `pool` through `path`.

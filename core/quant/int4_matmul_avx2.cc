@@ -14,12 +14,12 @@
 //
 // Kernels: for kBlocks, kR rows × kT tokens of accumulators (the GEMV 4 rows × 1 token, batches
 // 4 rows × 2 tokens; one row's codes live at a time, x re-read from L1 per row); for kGroupLanes,
-// LaneGemv and LaneBatch. Those read the tile's f16 scales and offsets themselves
-// (Int8Path::f16_param_lanes) instead of the f32 copies the walk makes per tile: on a Zen 3 VM,
-// one thread, a 512 x 2048 matrix in L2 ran at 19.6-22.7 GB/s against 12.2-17.0 (five
-// alternating runs), the 1B shapes from DRAM at 7.9-10.4 against 6.7-9.0 (three) (the GEMV). In every kernel each (row, token) runs the same operations in the same
-// order whatever the rows and tokens of the call, so results are bitwise independent of the
-// batch.
+// LaneGemv and LaneBatch, which read the tile's f16 scales and offsets themselves (FoldLanes)
+// instead of f32 copies the walk would make per tile: the GEMV on a Zen 3 VM, one thread, a
+// 512 x 2048 matrix in L2, 19.6-22.7 GB/s against 12.2-17.0 with the copies (five alternating
+// runs); the 1B shapes from DRAM, 7.9-10.4 against 6.7-9.0 (three). In every kernel each
+// (row, token) runs the same operations in the same order whatever the rows and tokens of the
+// call, so results are bitwise independent of the batch.
 
 #include "core/quant/int4_matmul_avx2.h"
 
@@ -238,22 +238,16 @@ ESTUARY_AVX2_TARGET inline void AddLaneSums(const LaneCodes& c, const int8_t* xt
   }
 }
 
-// acc + the superblock's Σ_g s_rg e_tg isum_g + m_rg X_tg, its 16 groups from s, off and xsum.
-ESTUARY_AVX2_TARGET inline __m256 FoldLanes(const __m256i* isum, const float* s, const float* off,
-                                            const float* xsum, __m256 acc) {
-  for (int h = 0; h < 2; ++h) {
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h]), _mm256_load_ps(s + 8 * h), acc);
-    acc = _mm256_fmadd_ps(_mm256_load_ps(off + 8 * h), _mm256_loadu_ps(xsum + 8 * h), acc);
-  }
-  return acc;
-}
-
-// FoldLanes with the superblock's s_rg · e_tg and m_rg formed here from the f16 parameters
-// (s16, m16: the row's 16 groups) and the token's steps: the same products and sums in the same
-// order as LoadChunkParams, CombineScales and FoldLanes, so the same bits.
-ESTUARY_AVX2_TARGET inline __m256 FoldLanesF16(const __m256i* isum, const uint16_t* s16,
-                                               const uint16_t* m16, const float* xstep,
-                                               const float* xsum, __m256 acc) {
+// acc + row r's and token t's Σ_g s_rg e_tg isum_g + m_rg X_tg over the superblock's 16 groups
+// from g: s_rg · e_tg and m_rg formed here from the tile's f16 parameters (a.params16) and the
+// token's steps (a.xstep), the same products and sums in the same order as the f32 copies the
+// walk makes for other kernels (LoadChunkParams, CombineScales), so the same bits.
+ESTUARY_AVX2_TARGET inline __m256 FoldLanes(const __m256i* isum, const KernelArgs& a, int r,
+                                            int t, int64_t g, __m256 acc) {
+  const uint16_t* s16 = a.params16 + r * a.param_groups + g;
+  const uint16_t* m16 = s16 + kTileRows * a.param_groups;
+  const float* xstep = a.xstep + t * a.x_stride + g;
+  const float* xsum = a.xsum + t * a.x_stride + g;
   for (int h = 0; h < 2; ++h) {
     const __m256 scale = _mm256_mul_ps(
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s16 + 8 * h))),
@@ -266,25 +260,7 @@ ESTUARY_AVX2_TARGET inline __m256 FoldLanesF16(const __m256i* isum, const uint16
   return acc;
 }
 
-// acc + row r's and token t's superblock g..g + 15: from the f32 parameters of LoadChunkParams
-// and CombineScales (a.scales, a.offsets), or (kF16Params) from the tile's f16 ones read here
-// (a.params16, a.xstep: Int8Path::f16_param_lanes), the same bits either way.
-template <bool kF16Params>
-ESTUARY_AVX2_TARGET inline __m256 FoldRow(const __m256i* isum, const KernelArgs& a, int r, int t,
-                                          int64_t g, __m256 acc) {
-  const float* xsum = a.xsum + t * a.x_stride + g;
-  if constexpr (kF16Params) {
-    const uint16_t* scales16 = a.params16 + r * a.param_groups + g;
-    return FoldLanesF16(isum, scales16, scales16 + kTileRows * a.param_groups,
-                        a.xstep + t * a.x_stride + g, xsum, acc);
-  } else {
-    return FoldLanes(isum, a.scales + (t * kTileRows + r) * kParamStride + g,
-                     a.offsets + r * kParamStride + g, xsum, acc);
-  }
-}
-
 // The GEMV: the tile's 4 rows block by block (the weights stream front to back; 8 sums live).
-template <bool kF16Params>
 ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneGemv(const uint8_t* words,
                                                              const KernelArgs& a, float* dots) {
   const __m256i mask = _mm256_set1_epi8(0x0F);
@@ -304,7 +280,7 @@ ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneGemv(const uint8_t* words
       }
     }
     for (int r = 0; r < kTileRows; ++r) {
-      acc[r] = FoldRow<kF16Params>(isum[r], a, r, /*t=*/0, g, acc[r]);
+      acc[r] = FoldLanes(isum[r], a, r, /*t=*/0, g, acc[r]);
     }
   }
   for (int r = 0; r < kTileRows; ++r) dots[r] = SumOfLanes(acc[r]);
@@ -318,7 +294,7 @@ ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneGemv(const uint8_t* words
 // 4 rows x 2 tokens (16 sums, which spill) measured 1.05-1.12x and 1.06-1.17x in one run: the
 // same within this VM's noise. The GEMV row by row lost 22-38% (the weights no longer stream
 // front to back).
-template <int kT, bool kF16Params>
+template <int kT>
 ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneBatch(const uint8_t* words,
                                                               const KernelArgs& a, float* dots) {
   const __m256i mask = _mm256_set1_epi8(0x0F);
@@ -338,7 +314,7 @@ ESTUARY_AVX2_TARGET __attribute__((noinline)) void LaneBatch(const uint8_t* word
         for (int t = 0; t < kT; ++t) AddLaneSums(codes, xb + t * kBlockCols, ones, isum[t]);
       }
       for (int t = 0; t < kT; ++t) {
-        acc[r * kT + t] = FoldRow<kF16Params>(isum[t], a, r, t, g, acc[r * kT + t]);
+        acc[r * kT + t] = FoldLanes(isum[t], a, r, t, g, acc[r * kT + t]);
       }
     }
   }
@@ -358,14 +334,18 @@ RowsFn PickRows(const Int4Matrix& w) {
 // 4.9-5.3 GB/s this way against 3.7-3.9 at 1 row × 4 tokens; 2 × 2 and 2 × 4 lay between.
 // kGroupLanes matrices: the tile's 4 rows × 1 token for the GEMV, × up to 4 tokens for batches
 // (LaneBatch goes row by row, so 4 tokens cost no spills).
-void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int* token_step) {
+void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int* token_step,
+                 bool* f16_params) {
   *row_step = 4;
-  if (w.layout() == Int4Layout::kGroupLanes) {
+  // The kGroupLanes kernels read the tile's f16 parameters themselves (FoldLanes), the kBlocks
+  // ones the walk's f32 copies.
+  *f16_params = w.layout() == Int4Layout::kGroupLanes;
+  if (*f16_params) {
     *token_step = gemv ? 1 : 4;
-    fns[1] = &LaneGemv<false>;  // a batch's lone last token too: the same operations as LaneBatch<1>
-    fns[2] = &LaneBatch<2, false>;
-    fns[3] = &LaneBatch<3, false>;
-    fns[4] = &LaneBatch<4, false>;
+    fns[1] = &LaneGemv;  // a batch's lone last token too: the same operations as LaneBatch<1>
+    fns[2] = &LaneBatch<2>;
+    fns[3] = &LaneBatch<3>;
+    fns[4] = &LaneBatch<4>;
     return;
   }
   *token_step = gemv ? 1 : 2;
@@ -373,11 +353,7 @@ void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int
   fns[2] = PickRows<4, 2>(w);
 }
 
-constexpr int4_int8::Int8Path kPath = {
-    &SumMaxAbs,
-    &RoundToInt8,
-    &PickKernels,
-    {nullptr, &LaneGemv<true>, &LaneBatch<2, true>, &LaneBatch<3, true>, &LaneBatch<4, true>}};
+constexpr int4_int8::Int8Path kPath = {&SumMaxAbs, &RoundToInt8, &PickKernels};
 
 }  // namespace
 

@@ -212,7 +212,9 @@ RowsFn PickRows(const Int4Matrix& w) {
 // tokens; kGroupLanes batches the tile's 4 rows × 2 tokens, so that the weights stream front to
 // back (a 2-row pass touches every other 128 bytes and stalls on memory); the chunk is re-read
 // from L1 for each further pair of tokens.
-void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int* token_step) {
+void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int* token_step,
+                 bool* f16_params) {
+  *f16_params = false;  // the kernels read the walk's f32 copies
   const bool lanes = w.layout() == Int4Layout::kGroupLanes;
   *row_step = gemv || lanes ? 4 : 2;
   *token_step = gemv ? 1 : lanes ? 2 : kMaxChunkTokens;
@@ -229,8 +231,7 @@ void PickKernels(const Int4Matrix& w, bool gemv, RowsFn* fns, int* row_step, int
   }
 }
 
-constexpr int4_int8::Int8Path kPath = {&SumMaxAbs, &RoundToInt8, &PickKernels,
-                                        /*f16_param_lanes=*/{}};
+constexpr int4_int8::Int8Path kPath = {&SumMaxAbs, &RoundToInt8, &PickKernels};
 
 }  // namespace
 
