@@ -25,6 +25,12 @@
 // without a gain beyond this VM's noise (A/B runs interleaved, best of five): forced unrolling of
 // the tile, x interleaved so that a tile's tokens are one stream, the tile as raw intrinsics, an
 // even-then-odd order with half the weight registers, and prefetching only the start of each row.
+// Zen 3 (AVX2, 16 registers, two 256-bit FMAs a cycle): GCC 12 compiles the 2 x 5 tile so that
+// every FMA reads its x vector from memory (13 cycles per 16 columns with everything in L1, the
+// FMA bound being 10). The tile's column loop as inline assembly, each x loaded once into a
+// register for both rows (same products, same bits), read a 64 x 2048 weight in L2 at 5 tokens
+// at 10.3 GB/s against 8.0 in one session and 11.8 against 11.4 in the next; from DRAM, two
+// one-thread copies side by side (8192 x 2048), 19.7 against 21.8 GB/s. Not kept.
 //
 // bf16 uses the same trick as gemv.cc: 2N bf16 loaded as N u32 lanes give the even-indexed
 // elements by `lane << 16` and the odd-indexed ones by `lane & 0xffff0000`, so x is copied once
@@ -43,6 +49,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/kernels/cpu/bf16_dot.h"
 #include "core/kernels/cpu/kernels.h"
@@ -66,6 +73,15 @@ using VF = hn::Vec<DF>;
 // ~35-50.
 constexpr int kTileRows = HWY_MAX_BYTES >= 64 ? 4 : 2;
 constexpr int kTileTokens = 4;
+// Calls of one or two tokens take taller tiles. A (row, token) accumulator takes one FMA per
+// vector of columns (two, even and odd, for bf16), each waiting for the one before it (4 cycles
+// on Zen 3 and 4), so a tile of R rows x T tokens keeps at most R*T FMAs in flight: a 2 x 1 tile
+// ran one FMA in four cycles, and the batch-invariant path (the lossless mode's drafts and the
+// bonus row of its verification) ran a token at 16-22 GB/s where gemv.cc's GEMV ran 22-27 (L2,
+// Zen 3). The accumulators are per (row, token) whatever the tile's height, so this changes no
+// bit of y.
+constexpr int kOneTokenTileRows = 4;
+constexpr int kTwoTokenTileRows = kTileRows > 4 ? kTileRows : 4;
 // Tokens per pass over the weight: as many as keep the pass's x (tokens * cols floats) within
 // kChunkBytes (L2 holds it next to the weight rows in flight), at least kTileTokens: 32 tokens at
 // 2048 columns, 8 at 8192. Past one pass the kernel is compute-bound, so re-reading the weight
@@ -184,6 +200,31 @@ HWY_INLINE void ForEachTokenTile(size_t nt, const Runner& runner) {
   }
 }
 
+// Advances r over the whole blocks of R rows left below `rows`, calling
+// `block(std::integral_constant<int, R>, r, next)` for each; `next` is the first row of the
+// following block, which the block prefetches (the last block's is its own, already cached).
+template <int R, class Block>
+HWY_INLINE void RunRowBlocks(size_t rows, size_t& r, const Block& block) {
+  for (; r + R <= rows; r += R) {
+    const size_t next = r + 2 * R <= rows ? r + R : r;
+    block(std::integral_constant<int, R>{}, r, next);
+  }
+}
+
+// Covers rows [0, rows) with blocks of the tile height for `nt` tokens (kOneTokenTileRows,
+// kTwoTokenTileRows or kTileRows), then of kTileRows, then single rows.
+template <class Block>
+HWY_INLINE void ForEachRowBlock(size_t nt, size_t rows, const Block& block) {
+  size_t r = 0;
+  if (nt == 1) {
+    RunRowBlocks<kOneTokenTileRows>(rows, r, block);
+  } else if (nt == 2) {
+    RunRowBlocks<kTwoTokenTileRows>(rows, r, block);
+  }
+  RunRowBlocks<kTileRows>(rows, r, block);
+  RunRowBlocks<1>(rows, r, block);
+}
+
 #if HWY_TARGET == HWY_SCALAR
 // One lane cannot hold a pair of bf16, and there is nothing to tile: plain loops.
 template <class Elem, typename W>
@@ -228,16 +269,36 @@ HWY_INLINE void Bf16Tile(const uint16_t* HWY_RESTRICT w, size_t stride,
     for (int t = 0; t < T; ++t) acc[r][t] = hn::Zero(df);
   }
   for (size_t i = 0; i < main; i += 2 * n) {
+    // One prefetch per row and cache line (an iteration covers a line with AVX-512, half of one
+    // with AVX2).
+    if constexpr (kPrefetch) {
+      if (i % (64 / sizeof(uint16_t)) == 0) {
+        for (int r = 0; r < R; ++r) PrefetchToL2(prefetch + r * stride + i);
+      }
+    }
+    if constexpr (T <= 2) {
+      // Tall tiles of few tokens: the tokens' x in registers, each row's weights used as they
+      // are widened (all of them at once would not fit in the registers next to R*T sums).
+      VF x_even[T];
+      VF x_odd[T];
+      for (int t = 0; t < T; ++t) {
+        x_even[t] = hn::Load(df, xe + t * xe_stride + i);
+        x_odd[t] = hn::Load(df, xe + t * xe_stride + i + n);
+      }
+      for (int r = 0; r < R; ++r) {
+        VF even;
+        VF odd;
+        simd::LoadBf16EvenOdd(w + r * stride + i, even, odd);
+        for (int t = 0; t < T; ++t) {
+          acc[r][t] = hn::MulAdd(even, x_even[t], acc[r][t]);
+          acc[r][t] = hn::MulAdd(odd, x_odd[t], acc[r][t]);
+        }
+      }
+      continue;
+    }
     VF even[R];
     VF odd[R];
-    for (int r = 0; r < R; ++r) {
-      // One prefetch per row and cache line (an iteration covers a line with AVX-512, half
-      // of one with AVX2).
-      if constexpr (kPrefetch) {
-        if (i % (64 / sizeof(uint16_t)) == 0) PrefetchToL2(prefetch + r * stride + i);
-      }
-      simd::LoadBf16EvenOdd(w + r * stride + i, even[r], odd[r]);
-    }
+    for (int r = 0; r < R; ++r) simd::LoadBf16EvenOdd(w + r * stride + i, even[r], odd[r]);
     for (int t = 0; t < T; ++t) {
       const VF x_even = hn::Load(df, xe + t * xe_stride + i);
       const VF x_odd = hn::Load(df, xe + t * xe_stride + i + n);
@@ -289,18 +350,11 @@ void GemvBatchBf16Impl(const uint16_t* HWY_RESTRICT w, const float* HWY_RESTRICT
     // xe[t][b + j] = x[t][b + 2j], xe[t][b + n + j] = x[t][b + 2j + 1] per block b of 2n.
     for (size_t t = 0; t < nt; ++t) simd::ReorderEvenOdd(xc + t * c, main, xe + t * main);
     float* yc = y + t0 * r_count;
-    // Each block prefetches the next one; the last prefetches itself (already cached).
-    size_t r = 0;
-    for (; r + kTileRows <= r_count; r += kTileRows) {
-      const size_t next = r + 2 * kTileRows <= r_count ? r + kTileRows : r;
+    ForEachRowBlock(nt, r_count, [&](auto rows_tag, size_t r, size_t next) {
+      constexpr int R = decltype(rows_tag)::value;
       ForEachTokenTile(
-          nt, Bf16TileRunner<kTileRows>{w + r * c, c, xc, xe, main, r_count, yc + r, w + next * c});
-    }
-    for (; r < r_count; ++r) {
-      const size_t next = r + 1 < r_count ? r + 1 : r;
-      ForEachTokenTile(
-          nt, Bf16TileRunner<1>{w + r * c, c, xc, xe, main, r_count, yc + r, w + next * c});
-    }
+          nt, Bf16TileRunner<R>{w + r * c, c, xc, xe, main, r_count, yc + r, w + next * c});
+    });
   }
 }
 
@@ -371,17 +425,11 @@ void WideBatch(const typename Loader::W* HWY_RESTRICT w, const float* HWY_RESTRI
     const size_t nt = std::min(chunk, static_cast<size_t>(n_tokens) - t0);
     const float* xc = x + t0 * c;
     float* yc = y + t0 * r_count;
-    size_t r = 0;
-    for (; r + kTileRows <= r_count; r += kTileRows) {
-      const size_t next = r + 2 * kTileRows <= r_count ? r + kTileRows : r;
-      ForEachTokenTile(nt, WideTileRunner<Loader, Elem, kTileRows>{w + r * c, c, xc, main, r_count,
-                                                                   yc + r, w + next * c});
-    }
-    for (; r < r_count; ++r) {
-      const size_t next = r + 1 < r_count ? r + 1 : r;
-      ForEachTokenTile(nt, WideTileRunner<Loader, Elem, 1>{w + r * c, c, xc, main, r_count, yc + r,
+    ForEachRowBlock(nt, r_count, [&](auto rows_tag, size_t r, size_t next) {
+      constexpr int R = decltype(rows_tag)::value;
+      ForEachTokenTile(nt, WideTileRunner<Loader, Elem, R>{w + r * c, c, xc, main, r_count, yc + r,
                                                            w + next * c});
-    }
+    });
   }
 }
 

@@ -249,13 +249,16 @@ TEST(GemvBatchTest, EveryCompiledTargetMatchesReference) {
 
 // kBatchInvariant: a token's output bits do not depend on how many tokens share the call, nor
 // on the thread count (what makes chunked prefill write the same KV whatever the chunk size).
+// 301 rows: with two threads the last row block has 13 rows, so a row sits in tiles of different
+// heights at 1, 2 and 3+ tokens (gemv_batch.cc's taller one- and two-token tiles) and the last
+// row in a single-row tile.
 void ExpectBatchInvariantForAnyChunking(DType dtype) {
-  const int64_t rows = 300, cols = 200, n = 70;
+  const int64_t rows = 301, cols = 200, n = 70;
   const Tensor w = MakeTensor(dtype, {rows, cols}, RandomVector(rows * cols, 3));
   const std::vector<float> x = RandomVector(n * cols, 4);
   std::vector<float> whole(static_cast<size_t>(n * rows));
   ASSERT_TRUE(MatMul(w, x.data(), n, whole.data(), {MatMulPath::kBatchInvariant, nullptr}).ok());
-  for (const int chunk : {1, 3, 5, 9, 16, 64}) {  // 5 and 9 end in a 4 x 5 tile
+  for (const int chunk : {1, 2, 3, 5, 9, 16, 64}) {  // 5 and 9 end in a 4 x 5 tile
     for (const int threads : {1, 2}) {
       WorkerPool pool(threads);
       std::vector<float> y(whole.size());
@@ -270,10 +273,16 @@ void ExpectBatchInvariantForAnyChunking(DType dtype) {
   }
 }
 
+// On every compiled SIMD target, as the tests above: the tile shapes differ per target.
 TEST(MatMulTest, BatchInvariantPathGivesTheSameBitsForAnyBatch) {
-  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-    ExpectBatchInvariantForAnyChunking(dtype);
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      ExpectBatchInvariantForAnyChunking(dtype);
+    }
   }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 // kFastest with a pool: the GEMV (1 token) and the batched GEMV (3, 17 tokens) split the rows
