@@ -30,7 +30,10 @@
 // FMA bound being 10). The tile's column loop as inline assembly, each x loaded once into a
 // register for both rows (same products, same bits), read a 64 x 2048 weight in L2 at 5 tokens
 // at 10.3 GB/s against 8.0 in one session and 11.8 against 11.4 in the next; from DRAM, two
-// one-thread copies side by side (8192 x 2048), 19.7 against 21.8 GB/s. Not kept.
+// one-thread copies side by side (8192 x 2048), 19.7 against 21.8 GB/s. With the columns also
+// blocked into panels whose x fits L1 (16 row pairs per panel, accumulators kept between panels,
+// same bits): in L2 8.8 -> 12.4 GB/s, from DRAM one thread 10.7 -> 11.8, two copies 17.6 -> 18.8
+// and 19.7 -> 19.4 (where the verification pass runs). Not kept either.
 //
 // bf16 uses the same trick as gemv.cc: 2N bf16 loaded as N u32 lanes give the even-indexed
 // elements by `lane << 16` and the odd-indexed ones by `lane & 0xffff0000`, so x is copied once
