@@ -76,15 +76,14 @@ using VF = hn::Vec<DF>;
 // ~35-50.
 constexpr int kTileRows = HWY_MAX_BYTES >= 64 ? 4 : 2;
 constexpr int kTileTokens = 4;
-// Calls of one or two tokens take taller tiles. A (row, token) accumulator takes one FMA per
+// Calls of one or two tokens take taller tiles (4 rows on every target). A (row, token) accumulator takes one FMA per
 // vector of columns (two, even and odd, for bf16), each waiting for the one before it (4 cycles
 // on Zen 3 and 4), so a tile of R rows x T tokens keeps at most R*T FMAs in flight: a 2 x 1 tile
 // ran one FMA in four cycles, and the batch-invariant path (the lossless mode's drafts and the
 // bonus row of its verification) ran a token at 16-22 GB/s where gemv.cc's GEMV ran 22-27 (L2,
 // Zen 3). The accumulators are per (row, token) whatever the tile's height, so this changes no
 // bit of y.
-constexpr int kOneTokenTileRows = 4;
-constexpr int kTwoTokenTileRows = kTileRows > 4 ? kTileRows : 4;
+constexpr int kFewTokenTileRows = 4;
 // Tokens per pass over the weight: as many as keep the pass's x (tokens * cols floats) within
 // kChunkBytes (L2 holds it next to the weight rows in flight), at least kTileTokens: 32 tokens at
 // 2048 columns, 8 at 8192. Past one pass the kernel is compute-bound, so re-reading the weight
@@ -214,16 +213,12 @@ HWY_INLINE void RunRowBlocks(size_t rows, size_t& r, const Block& block) {
   }
 }
 
-// Covers rows [0, rows) with blocks of the tile height for `nt` tokens (kOneTokenTileRows,
-// kTwoTokenTileRows or kTileRows), then of kTileRows, then single rows.
+// Covers rows [0, rows) with blocks of the tile height for `nt` tokens (kFewTokenTileRows up to
+// two tokens, else kTileRows), then of kTileRows, then single rows.
 template <class Block>
 HWY_INLINE void ForEachRowBlock(size_t nt, size_t rows, const Block& block) {
   size_t r = 0;
-  if (nt == 1) {
-    RunRowBlocks<kOneTokenTileRows>(rows, r, block);
-  } else if (nt == 2) {
-    RunRowBlocks<kTwoTokenTileRows>(rows, r, block);
-  }
+  if (nt <= 2) RunRowBlocks<kFewTokenTileRows>(rows, r, block);
   RunRowBlocks<kTileRows>(rows, r, block);
   RunRowBlocks<1>(rows, r, block);
 }
