@@ -321,10 +321,11 @@ absl::Status BenchDecode() {
   ESTUARY_ASSIGN_OR_RETURN(options.river, RiverFlags());
   // The lossless rows draft with the river rows' forced exit (after --exit-after layers).
   ExitPolicy drafts;
-  drafts.default_threshold = 2.0f;
   drafts.max_backbone_layers = options.bench.exit_after;
   drafts.min_backbone_layers = std::min(1, options.bench.exit_after);
   ESTUARY_ASSIGN_OR_RETURN(options.bench.lossless, LosslessOptionsFromFlags(true, drafts));
+  // Every draft leaves after --exit-after layers (the cap), as the river rows' tokens.
+  if (options.bench.lossless) options.bench.lossless->draft_backbone_layers = -1;
   options.json = absl::GetFlag(FLAGS_json);
   options.threads = absl::GetFlag(FLAGS_threads);
   return RunBenchDecodeCommand(options);
@@ -450,7 +451,7 @@ absl::StatusOr<SamplingParams> SamplingFlags() {
   return sampling;
 }
 
-absl::Status Generate() {
+absl::Status Generate(const std::set<std::string>& given) {
   GenerateOptions options;
   ESTUARY_ASSIGN_OR_RETURN(options.model, ResolveModelPath(absl::GetFlag(FLAGS_model)));
   options.prompt = absl::GetFlag(FLAGS_prompt);
@@ -465,6 +466,13 @@ absl::Status Generate() {
   ESTUARY_ASSIGN_OR_RETURN(options.river_options, RiverFlags());
   ESTUARY_ASSIGN_OR_RETURN(options.lossless,
                            LosslessOptionsFromFlags(options.river, options.river_options.policy));
+  if (options.lossless.has_value() && options.lossless->draft_backbone_layers == 0 &&
+      given.count("exit_threshold") > 0) {
+    return absl::InvalidArgumentError(
+        "--exit-threshold moves no draft: with --draft-backbone-layers 0 (the default) every "
+        "lossless draft runs wholly on the river; set it above 0, or to -1 for drafts that "
+        "leave by τ alone");
+  }
   return RunGenerate(options);
 }
 
@@ -558,7 +566,7 @@ int Main(int argc, char** argv) {
   absl::Status status = runs_a_model ? ApplyKernelFlags() : absl::OkStatus();
   if (status.ok()) {
     if (command == "generate") {
-      status = Generate();
+      status = Generate(given);
     } else if (command == "convert") {
       status = Convert();
     } else if (command == "synth") {

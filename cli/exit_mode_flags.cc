@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "core/common/status_macros.h"
 
 ABSL_FLAG(std::string, exit_mode, "lossy",
@@ -13,6 +14,11 @@ ABSL_FLAG(std::string, exit_mode, "lossy",
 ABSL_FLAG(int, draft_tokens, 4, "lossless: tokens the river drafts per verification, at most");
 ABSL_FLAG(double, min_draft_confidence, 0.2,
           "lossless: drafting stops after a draft the river gives less probability (0: never)");
+ABSL_FLAG(int, draft_backbone_layers, 0,
+          "lossless: backbone layers a draft runs at most before the int4 river (τ may take it "
+          "off earlier); 0 = the whole draft on the river (the cheapest), -1 = no cap. The "
+          "output is the full model's whatever the depth: it trades a draft's cost for its "
+          "acceptance");
 
 namespace estuary::cli {
 
@@ -20,10 +26,10 @@ namespace {
 
 // The first lossless-only flag set on the command line, as the user spells it; empty if none.
 std::string SetDraftFlag() {
-  for (const char* name : {"draft_tokens", "min_draft_confidence"}) {
+  for (const char* name : {"draft_tokens", "min_draft_confidence", "draft_backbone_layers"}) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
-      return name == std::string("draft_tokens") ? "--draft-tokens" : "--min-draft-confidence";
+      return absl::StrCat("--", absl::StrReplaceAll(name, {{"_", "-"}}));
     }
   }
   return "";
@@ -55,6 +61,7 @@ absl::StatusOr<std::optional<LosslessOptions>> LosslessOptionsFromFlags(bool riv
   options.policy = policy;
   options.max_draft_tokens = absl::GetFlag(FLAGS_draft_tokens);
   options.min_draft_confidence = static_cast<float>(absl::GetFlag(FLAGS_min_draft_confidence));
+  options.draft_backbone_layers = absl::GetFlag(FLAGS_draft_backbone_layers);
   return options;
 }
 
@@ -70,6 +77,7 @@ absl::StatusOr<WorkerExitMode> WorkerExitModeFromFlags(bool river) {
   }
   out.lossless.max_draft_tokens = absl::GetFlag(FLAGS_draft_tokens);
   out.lossless.min_draft_confidence = static_cast<float>(absl::GetFlag(FLAGS_min_draft_confidence));
+  out.lossless.draft_backbone_layers = absl::GetFlag(FLAGS_draft_backbone_layers);
   return out;
 }
 

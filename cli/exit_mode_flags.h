@@ -7,6 +7,9 @@
 //   --draft-tokens K          lossless: drafts per verification at most
 //   --min-draft-confidence P  lossless: drafting stops after a draft the river gives less
 //                             probability than P (0: never)
+//   --draft-backbone-layers N lossless: backbone layers a draft runs at most (0, the default:
+//                             wholly on the river; -1: no cap, τ decides); generate refuses
+//                             --exit-threshold with lossless drafts capped at 0
 
 #include <optional>
 

@@ -55,8 +55,8 @@ struct DecodeEngineOptions {
   // and clock skew between the hosts.
   absl::Duration lease_grace = absl::Seconds(1);
   ExitPolicy exit;                   // used only when a river is given
-  // Lossless requests' draft settings (k, the confidence floor, adaptation); their exits follow
-  // `exit` and each request's τ (the policy here is ignored).
+  // Lossless requests' draft settings (k, the confidence floor, adaptation, the drafts' depth
+  // cap); their exits follow `exit` and each request's τ (the policy here is ignored).
   LosslessOptions lossless;
   // Where the pool's memory comes from (kv_pool.h); default: anonymous mappings. A decode
   // worker passes its transport's allocator so that prefill peers on the host write directly.

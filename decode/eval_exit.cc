@@ -126,17 +126,19 @@ absl::Status TeacherForce(const LlamaModel& model, const River* river, const Exi
 
 constexpr int kLosslessTimingRuns = 3;
 
-// The lossless mode with drafts at τ over every continuation's request: acceptance, cost and
-// the decode time against full-depth Generate's on the same ShardedModel (one thread; the
-// fastest kernels for full depth, the batch-invariant ones for lossless).
+// The lossless mode with drafts at τ (cap -1), or wholly on the river (cap 0: the row "full-int4",
+// the default drafts), over every continuation's request: acceptance, cost and the decode time
+// against full-depth Generate's on the same ShardedModel (one thread; the fastest kernels for
+// full depth, the batch-invariant ones for lossless).
 absl::StatusOr<EvalExitRow> LosslessRow(const LlamaModel& model, const River& river,
-                                        const EvalExitOptions& options, float tau,
+                                        const EvalExitOptions& options, float tau, int cap,
                                         const std::vector<Continuation>& continuations) {
   const LlamaConfig& config = model.config();
   std::unique_ptr<ShardedModel> sharded = ShardedModel::Borrow(model, &river);
   LosslessOptions lossless = *options.lossless;
   lossless.policy = options.policy;
   lossless.policy.default_threshold = tau;
+  lossless.draft_backbone_layers = cap;
   int64_t emitted = 0, matched = 0, drafts = 0, accepted = 0, verifications = 0;
   double draft_layers = 0, verified_layers = 0, full_seconds = 0, lossless_seconds = 0;
   for (const Continuation& c : continuations) {
@@ -177,7 +179,7 @@ absl::StatusOr<EvalExitRow> LosslessRow(const LlamaModel& model, const River& ri
                        static_cast<double>(verifications) * head;
   EvalExitRow row;
   row.mode = "lossless";
-  row.tau = absl::StrCat(tau);
+  row.tau = cap == 0 ? std::string("full-int4") : absl::StrCat(tau);
   row.tokens = emitted;
   row.mean_backbone_layers = drafts > 0 ? draft_layers / static_cast<double>(drafts) : 0;
   row.acceptance = drafts > 0 ? static_cast<double>(accepted) / static_cast<double>(drafts) : 0;
@@ -262,9 +264,12 @@ absl::StatusOr<std::vector<EvalExitRow>> RunEvalExit(const LlamaModel& model,
   if (options.lossless) {
     for (float tau : options.taus) {
       ESTUARY_ASSIGN_OR_RETURN(EvalExitRow row,
-                               LosslessRow(model, river, options, tau, continuations));
+                               LosslessRow(model, river, options, tau, /*cap=*/-1, continuations));
       rows.push_back(std::move(row));
     }
+    ESTUARY_ASSIGN_OR_RETURN(EvalExitRow row,
+                             LosslessRow(model, river, options, 2.0f, /*cap=*/0, continuations));
+    rows.push_back(std::move(row));
   }
   return rows;
 }

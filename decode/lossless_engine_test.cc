@@ -68,6 +68,7 @@ DecodeEngineOptions EasyDrafts() {
   DecodeEngineOptions options;
   options.kv_cache_bytes = int64_t{64} << 20;
   options.exit.default_threshold = 0.8f;
+  options.lossless.draft_backbone_layers = -1;  // τ decides: drafts at several depths
   return options;
 }
 
@@ -102,6 +103,45 @@ TEST(LosslessEngineTest, GoldenIdsOfEveryCaseInOneBatchAtTp1AndTp2) {
       EXPECT_GT(accepted, drafts / 2) << name << " TP " << tp;
     }
   }
+}
+
+// The worker's default drafts run wholly on the river; a request that sets its own τ drafts by
+// it, uncapped: at τ 2 its drafts never leave the backbone, so they are the full model's and
+// every one is kept, in the same batch as default requests. Golden ids for both.
+TEST(LosslessEngineTest, ARequestsOwnThresholdLiftsTheWorkersDraftDepth) {
+  const std::vector<GoldenCase> cases = LoadGoldenCases("stories12L");
+  std::unique_ptr<ShardedModel> model = LoadSharded("stories12L", 1);
+  ASSERT_NE(model, nullptr);
+  DecodeEngineOptions options;
+  options.kv_cache_bytes = int64_t{64} << 20;
+  ASSERT_EQ(options.lossless.draft_backbone_layers, 0);
+  Collector collector;
+  auto engine = DecodeEngine::Create(*model, options, collector.Sink());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const int n = static_cast<int>(cases[i].completion_ids.size());
+    DecodeRequest by_tau = Lossless("tau" + std::to_string(i), cases[i].prompt_ids, n);
+    by_tau.exit_threshold = 2.0f;
+    ASSERT_TRUE((*engine)->Submit(std::move(by_tau)).ok());
+    ASSERT_TRUE(
+        (*engine)->Submit(Lossless("river" + std::to_string(i), cases[i].prompt_ids, n)).ok());
+  }
+  ASSERT_TRUE((*engine)->RunUntilIdle().ok());
+  int64_t river_drafts = 0, river_accepted = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    for (const std::string kind : {"tau", "river"}) {
+      const std::string id = kind + std::to_string(i);
+      EXPECT_EQ(collector.tokens[id], cases[i].completion_ids) << id;
+    }
+    const auto& tau = collector.final_events["tau" + std::to_string(i)];
+    EXPECT_GT(tau.draft_tokens, 0);
+    EXPECT_EQ(tau.accepted_tokens, tau.draft_tokens) << "case " << i;
+    river_drafts += collector.final_events["river" + std::to_string(i)].draft_tokens;
+    river_accepted += collector.final_events["river" + std::to_string(i)].accepted_tokens;
+  }
+  // The int4 drafts are not the full model's: some are rejected over every case.
+  EXPECT_GT(river_drafts, 0);
+  EXPECT_LT(river_accepted, river_drafts);
 }
 
 // Every prompt of prompts.txt with 64 new tokens, through continuous batching (8 sequences at a

@@ -67,6 +67,8 @@ absl::Status DecodeEngine::LosslessStep(std::vector<Sequence*>& batch) {
       if (!s->round->drafting()) continue;
       BatchEntry entry = s->round->DraftEntry();
       entry.exit_threshold = s->exit_threshold;  // the request's τ
+      // A request that sets its own τ drafts by it, without the worker's depth cap.
+      if (s->request.exit_threshold.has_value()) entry.max_backbone_layers = -1;
       drafting.push_back(s);
       entries.push_back(entry);
     }

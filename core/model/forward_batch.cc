@@ -43,6 +43,12 @@ absl::Status ValidateEntries(const LlamaModel& model, const River* river,
       return absl::InvalidArgumentError(
           absl::StrCat("batch entry ", e, " resumes at a layer: such a step runs no river"));
     }
+    if (entry.max_backbone_layers < -1 || entry.max_backbone_layers > c.n_layers ||
+        (entry.max_backbone_layers >= 0 && river == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch entry ", e, ": max backbone layers ", entry.max_backbone_layers,
+          " must be -1 or in [0, ", c.n_layers, "], and a cap needs a river"));
+    }
     if (entry.layer_inputs != nullptr && entry.tokens.size() != 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("batch entry ", e, " saves its layer inputs but has ",
@@ -217,7 +223,9 @@ absl::Status ForwardBatch(const LlamaModel& model, absl::Span<const BatchEntry> 
       if (on_river[e]) continue;
       const float margin = rule == ExitRule::kSplit ? similarity[e] - entries[e].exit_threshold
                                                     : batch_margin;
-      if (forced || (may_exit && margin > 0.0f)) {
+      const bool capped =
+          entries[e].max_backbone_layers >= 0 && l >= entries[e].max_backbone_layers;
+      if (forced || capped || (may_exit && margin > 0.0f)) {
         on_river[e] = true;
         outcomes[e].backbone_layers = l;
       }

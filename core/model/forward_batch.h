@@ -32,6 +32,10 @@ struct BatchEntry {
   int start_pos = 0;                 // position of tokens[0]
   KvView* kv = nullptr;              // the sequence's cache; capacity >= start_pos + size
   float exit_threshold = 2.0f;       // τ of this request; above 1 never exits
+  // This entry leaves the backbone after at most this many layers (a forced exit, as
+  // ExitPolicy::max_backbone_layers but for this entry alone; needs a river); -1: the policy's
+  // only. The lossless mode's drafts (LosslessOptions::draft_backbone_layers).
+  int max_backbone_layers = -1;
   bool want_logits = true;           // logits of the last token
   // With want_logits: logits of every token of the entry (tokens.size() rows, in token order)
   // instead of the last one's. Lossless verification (core/model/self_speculative.h) reads them.

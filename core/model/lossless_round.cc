@@ -16,6 +16,11 @@ absl::Status LosslessOptions::Validate(int n_layers) const {
     return absl::InvalidArgumentError(absl::StrCat(
         "--min-draft-confidence = ", min_draft_confidence, " must be in [0, 1]"));
   }
+  if (draft_backbone_layers < -1 || draft_backbone_layers > n_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--draft-backbone-layers = ", draft_backbone_layers,
+                     " must be -1 (no cap) or in [0, ", n_layers, "]"));
+  }
   if (policy.resident_backbone_layers > 0 && policy.resident_backbone_layers < n_layers) {
     return absl::InvalidArgumentError(
         "--exit-mode lossless verifies on every backbone layer: --resident-backbone-layers "
@@ -64,6 +69,7 @@ BatchEntry LosslessRound::DraftEntry() {
   entry.tokens = absl::MakeConstSpan(&draft_history_.back(), 1);
   entry.start_pos = pending_pos_ + i;
   entry.exit_threshold = options_.policy.default_threshold;
+  entry.max_backbone_layers = options_.draft_backbone_layers;
   entry.layer_inputs =
       layer_inputs_.data() + static_cast<int64_t>(i) * config_.n_layers * config_.dim;
   return entry;

@@ -28,7 +28,14 @@ namespace estuary {
 inline constexpr int kMaxDraftTokens = 64;
 
 struct LosslessOptions {
-  ExitPolicy policy;         // the drafts' exits (τ, min / max backbone layers, rule)
+  ExitPolicy policy;  // the drafts' exits (τ, min / max backbone layers, rule)
+  // Backbone layers a draft runs at most before the int4 river (a forced exit; τ may take it
+  // off earlier); -1: no cap, τ decides. Verification makes the output the full model's whatever
+  // the drafts' exits, so the depth only trades a draft's cost (a bf16 layer against an int4
+  // one) for its acceptance, and measured the acceptance hardly moves with it (README "Lossless
+  // mode"): the default 0 runs every draft wholly on the river, the cheapest draft. A request
+  // that sets its own τ in the decode engine drafts by that τ, uncapped.
+  int draft_backbone_layers = 0;
   int max_draft_tokens = 4;  // k: drafts per verification at most, in [1, kMaxDraftTokens]
   // Drafting stops after a draft the river gives less than this probability (softmax of its
   // logits at temperature 1 when greedy, the sampling distribution otherwise); 0: never.
@@ -40,8 +47,8 @@ struct LosslessOptions {
   enum class Acceptance : uint8_t { kSpeculative, kAcceptEveryDraft };
   Acceptance acceptance = Acceptance::kSpeculative;
 
-  // INVALID_ARGUMENT names the option: k, the confidence in [0, 1], the policy, and every
-  // backbone layer resident (verification runs them all).
+  // INVALID_ARGUMENT names the option: k, the confidence in [0, 1], the drafts' depth in
+  // [-1, n_layers], the policy, and every backbone layer resident (verification runs them all).
   absl::Status Validate(int n_layers) const;
 };
 

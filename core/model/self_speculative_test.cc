@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -57,11 +58,13 @@ GenerateRequest Greedy(const std::vector<int32_t>& prompt, int max_tokens) {
 LosslessOptions EasyDrafts() {
   LosslessOptions options;
   options.policy.default_threshold = 0.8f;
+  options.draft_backbone_layers = -1;  // τ decides
   return options;
 }
 LosslessOptions HardDrafts() {
   LosslessOptions options;
   options.policy.max_backbone_layers = 1;
+  options.draft_backbone_layers = -1;  // the policy's forced exit
   options.min_draft_confidence = 0.0f;
   options.max_draft_tokens = 6;
   return options;
@@ -156,6 +159,7 @@ TEST(SelfSpeculativeTest, DraftsThatNeverExitAreAllAccepted) {
   ASSERT_NE(loaded.model, nullptr);
   LosslessOptions options;
   options.policy.default_threshold = 2.0f;  // never exits: every draft is the full model's
+  options.draft_backbone_layers = -1;
   options.min_draft_confidence = 0.0f;
   const GoldenCase golden = ::estuary::testing::LoadGoldenCases("stories260K").at(0);
   const GenerateResult result =
@@ -164,6 +168,30 @@ TEST(SelfSpeculativeTest, DraftsThatNeverExitAreAllAccepted) {
             std::vector<int32_t>(golden.completion_ids.begin(), golden.completion_ids.begin() + 50));
   EXPECT_GT(result.draft_tokens, 0);
   EXPECT_EQ(result.accepted_tokens, result.draft_tokens);
+}
+
+// The drafts' depth: by default (draft_backbone_layers 0) every draft runs wholly on the river,
+// whatever τ; a cap of 3 holds drafts that τ never lets go (τ 2) to 3 layers, and τ takes them
+// off below it (τ 0: after min_backbone_layers); -1 leaves it to τ alone. Golden ids each time.
+TEST(SelfSpeculativeTest, DraftsRunAtMostTheirBackboneLayers) {
+  Loaded loaded = LoadWithRiver("stories12L", 1);
+  ASSERT_NE(loaded.model, nullptr);
+  const int n_layers = loaded.model->config().n_layers;
+  const GoldenCase golden = ::estuary::testing::LoadGoldenCases("stories12L").at(0);
+  const GenerateRequest request =
+      Greedy(golden.prompt_ids, static_cast<int>(golden.completion_ids.size()));
+  for (const auto& [cap, tau, layers_per_draft] :
+       {std::tuple{0, 0.0f, 0}, std::tuple{0, 2.0f, 0}, std::tuple{3, 2.0f, 3},
+        std::tuple{3, 0.0f, 1}, std::tuple{-1, 2.0f, n_layers}}) {
+    LosslessOptions options;
+    options.policy.default_threshold = tau;
+    options.draft_backbone_layers = cap;
+    const GenerateResult result = RunLossless(*loaded.model, request, options);
+    EXPECT_EQ(result.completion_ids, golden.completion_ids) << cap << " " << tau;
+    EXPECT_GT(result.draft_tokens, 0);
+    EXPECT_EQ(result.draft_backbone_layers, layers_per_draft * result.draft_tokens)
+        << cap << " " << tau;
+  }
 }
 
 TEST(SelfSpeculativeTest, EndsLikeFullDepthAtMaxTokensEosAndTheContext) {

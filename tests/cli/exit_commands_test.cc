@@ -1,4 +1,5 @@
-// `estuary eval-exit` and `estuary bench-decode` as a user runs them: real binary, JSON output.
+// `estuary eval-exit`, `estuary bench-decode` and `estuary generate --exit-mode lossless` as a
+// user runs them: real binary, JSON output.
 #include <filesystem>
 #include <fstream>
 
@@ -50,8 +51,9 @@ TEST(EvalExitCommandTest, RowsPerThresholdAndFullInt4) {
   EXPECT_GT(rows[2]["kv_cosine_min"].get<double>(), 0.9);
 }
 
-// --exit-mode lossless adds a lossless row per τ: the full model's continuation exactly, with
-// the drafts' acceptance and what a token costs.
+// --exit-mode lossless adds a lossless row per τ and one with the default drafts (wholly on the
+// river): the full model's continuation exactly, with the drafts' acceptance and what a token
+// costs.
 TEST(EvalExitCommandTest, LosslessRowsReproduceTheFullModel) {
   const fs::path prompts = fs::temp_directory_path() / "estuary-eval-lossless-prompts.txt";
   std::ofstream(prompts) << "Once upon a time\nThe little dog was sad because\n";
@@ -62,7 +64,7 @@ TEST(EvalExitCommandTest, LosslessRowsReproduceTheFullModel) {
   fs::remove(prompts);
   ASSERT_TRUE(out.contains("rows"));
   const auto& rows = out["rows"];
-  ASSERT_EQ(rows.size(), 3u);  // τ 0.8, full int4, lossless τ 0.8
+  ASSERT_EQ(rows.size(), 4u);  // τ 0.8, full int4, lossless τ 0.8 and full int4 (the default)
   const auto& lossless = rows[2];
   EXPECT_EQ(lossless["mode"], "lossless");
   EXPECT_NEAR(lossless["tau"].get<double>(), 0.8, 1e-6);
@@ -76,6 +78,14 @@ TEST(EvalExitCommandTest, LosslessRowsReproduceTheFullModel) {
   EXPECT_GT(lossless["cost_per_token"].get<double>(), 0.0);
   EXPECT_GT(lossless["measured_speedup"].get<double>(), 0.0);
   EXPECT_LT(lossless["mean_draft_backbone_layers"].get<double>(), 12.0);
+  // The default drafts, wholly on the river: no backbone layer, the same exact continuation.
+  const auto& river = rows[3];
+  EXPECT_EQ(river["mode"], "lossless");
+  EXPECT_EQ(river["tau"], "full-int4");
+  EXPECT_DOUBLE_EQ(river["mean_draft_backbone_layers"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(river["exact_match"].get<double>(), 1.0);
+  EXPECT_GT(river["acceptance"].get<double>(), 0.5);
+  EXPECT_LT(river["cost_per_token"].get<double>(), lossless["cost_per_token"].get<double>());
 }
 
 TEST(BenchDecodeCommandTest, ModesAndBatchesOnATinySynthModel) {
@@ -168,6 +178,48 @@ TEST(BenchDecodeCommandTest, BadFlagsAreRejected) {
   ASSERT_TRUE(result.ok());
   EXPECT_EQ(result->exit_code, 2);
   EXPECT_NE(result->err.find("use lossy or lossless"), std::string::npos) << result->err;
+}
+
+// generate's lossless mode: full depth's ids with the counters in the JSON, whatever the drafts'
+// depth (--draft-backbone-layers; --exit-threshold is refused where it moves no draft).
+TEST(GenerateLosslessCommandTest, FullDepthIdsAtEveryDraftDepthAndItsFlagsChecked) {
+  const std::vector<std::string> base = {BinaryPath("cli/estuary"), "generate",  "--model",
+                                         "models/stories12L",      "--prompt", "Once upon a time",
+                                         "--max-tokens",           "48",       "--temperature",
+                                         "0",                      "--json",   "--threads",
+                                         "1"};
+  const nlohmann::json full = RunJson(base);
+  ASSERT_TRUE(full.contains("completion_ids"));
+  for (const std::vector<std::string>& drafts :
+       {std::vector<std::string>{}, std::vector<std::string>{"--draft-backbone-layers", "2"},
+        std::vector<std::string>{"--draft-backbone-layers", "-1", "--exit-threshold", "0.8"}}) {
+    std::vector<std::string> argv = base;
+    argv.insert(argv.end(), {"--river", "--exit-mode", "lossless"});
+    argv.insert(argv.end(), drafts.begin(), drafts.end());
+    const nlohmann::json out = RunJson(argv);
+    EXPECT_EQ(out["completion_ids"], full["completion_ids"]) << drafts.size();
+    EXPECT_EQ(out["exit_mode"], "lossless");
+    EXPECT_GT(out["draft_tokens"].get<int64_t>(), 0) << drafts.size();
+    EXPECT_LE(out["accepted_tokens"].get<int64_t>(), out["draft_tokens"].get<int64_t>());
+  }
+  struct Refused {
+    std::vector<std::string> flags;
+    std::string error;
+  };
+  for (const Refused& bad :
+       {Refused{{"--river", "--exit-mode", "lossless", "--exit-threshold", "0.8"},
+                "--exit-threshold moves no draft"},
+        Refused{{"--river", "--draft-backbone-layers", "2"},
+                "--draft-backbone-layers applies to --exit-mode lossless"},
+        Refused{{"--river", "--exit-mode", "lossless", "--draft-backbone-layers", "13"},
+                "--draft-backbone-layers = 13 must be -1 (no cap) or in [0, 12]"}}) {
+    std::vector<std::string> argv = base;
+    argv.insert(argv.end(), bad.flags.begin(), bad.flags.end());
+    auto result = RunProcess(argv);
+    ASSERT_TRUE(result.ok());
+    EXPECT_NE(result->exit_code, 0) << bad.error;
+    EXPECT_NE(result->err.find(bad.error), std::string::npos) << result->err;
+  }
 }
 
 }  // namespace
