@@ -53,7 +53,8 @@ const Names& DecodeOnlyFlags() {
                               "exit_mode",
                               "draft_tokens",
                               "min_draft_confidence",
-                              "draft_backbone_layers"};
+                              "draft_backbone_layers",
+                              "drafting"};
   return names;
 }
 
@@ -130,7 +131,7 @@ const Names& UpPassThroughFlags() {
       // decode workers
       "exit_threshold", "exit_rule", "min_backbone_layers", "max_backbone_layers",
       "river_group_size", "river_refine", "river_lm_head", "int4_kernel", "lease_ms", "exit_mode",
-      "draft_tokens", "min_draft_confidence", "draft_backbone_layers"};
+      "draft_tokens", "min_draft_confidence", "draft_backbone_layers", "drafting"};
   return names;
 }
 
@@ -139,7 +140,7 @@ const std::vector<CommandFlags>& Subcommands() {
       {"estuary generate", "generate", "run one prompt on a model and print the completion",
        Join({{"model", "prompt", "max_tokens"}, SamplingFlags(),
              {"dtype", "json", "threads", "river", "tensor_parallel_size", "device", "bf16_kernel",
-              "draft_backbone_layers"},
+              "draft_backbone_layers", "drafting"},
              RiverFlags(), LosslessFlags()})},
       {"estuary up", "up",
        "start a local cluster (router, prefill and decode workers) on loopback",

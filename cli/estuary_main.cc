@@ -325,7 +325,10 @@ absl::Status BenchDecode() {
   drafts.min_backbone_layers = std::min(1, options.bench.exit_after);
   ESTUARY_ASSIGN_OR_RETURN(options.bench.lossless, LosslessOptionsFromFlags(true, drafts));
   // Every draft leaves after --exit-after layers (the cap), as the river rows' tokens.
-  if (options.bench.lossless) options.bench.lossless->draft_backbone_layers = -1;
+  if (options.bench.lossless) {
+    options.bench.lossless->draft_backbone_layers = -1;
+    options.bench.lossless->drafting = LosslessOptions::Drafting::kAlways;  // it measures drafts
+  }
   options.json = absl::GetFlag(FLAGS_json);
   options.threads = absl::GetFlag(FLAGS_threads);
   return RunBenchDecodeCommand(options);

@@ -20,19 +20,33 @@ ABSL_FLAG(int, draft_backbone_layers, 0,
           "output is the full model's whatever the depth: it trades a draft's cost for its "
           "acceptance");
 
+ABSL_FLAG(std::string, drafting, "auto",
+          "lossless: auto (rounds draft while drafting measures cheaper per token than plain "
+          "full-depth rounds, both timed as they run and the other kind probed every 256 "
+          "tokens), always, or never (plain full-depth rounds only)");
+
 namespace estuary::cli {
 
 namespace {
 
 // The first lossless-only flag set on the command line, as the user spells it; empty if none.
 std::string SetDraftFlag() {
-  for (const char* name : {"draft_tokens", "min_draft_confidence", "draft_backbone_layers"}) {
+  for (const char* name : {"draft_tokens", "min_draft_confidence", "draft_backbone_layers", "drafting"}) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
       return absl::StrCat("--", absl::StrReplaceAll(name, {{"_", "-"}}));
     }
   }
   return "";
+}
+
+absl::StatusOr<LosslessOptions::Drafting> DraftingFlag() {
+  const std::string name = absl::GetFlag(FLAGS_drafting);
+  if (name == "auto") return LosslessOptions::Drafting::kAuto;
+  if (name == "always") return LosslessOptions::Drafting::kAlways;
+  if (name == "never") return LosslessOptions::Drafting::kNever;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--drafting=", name, ": use auto, always or never"));
 }
 
 // Whether --exit-mode says lossless; INVALID_ARGUMENT for an unknown mode.
@@ -62,6 +76,7 @@ absl::StatusOr<std::optional<LosslessOptions>> LosslessOptionsFromFlags(bool riv
   options.max_draft_tokens = absl::GetFlag(FLAGS_draft_tokens);
   options.min_draft_confidence = static_cast<float>(absl::GetFlag(FLAGS_min_draft_confidence));
   options.draft_backbone_layers = absl::GetFlag(FLAGS_draft_backbone_layers);
+  ESTUARY_ASSIGN_OR_RETURN(options.drafting, DraftingFlag());
   return options;
 }
 
@@ -78,6 +93,7 @@ absl::StatusOr<WorkerExitMode> WorkerExitModeFromFlags(bool river) {
   out.lossless.max_draft_tokens = absl::GetFlag(FLAGS_draft_tokens);
   out.lossless.min_draft_confidence = static_cast<float>(absl::GetFlag(FLAGS_min_draft_confidence));
   out.lossless.draft_backbone_layers = absl::GetFlag(FLAGS_draft_backbone_layers);
+  ESTUARY_ASSIGN_OR_RETURN(out.lossless.drafting, DraftingFlag());
   return out;
 }
 

@@ -10,6 +10,8 @@
 //   --draft-backbone-layers N lossless: backbone layers a draft runs at most (0, the default:
 //                             wholly on the river; -1: no cap, τ decides); generate refuses
 //                             --exit-threshold with lossless drafts capped at 0
+//   --drafting D              lossless: auto (the default: draft while it measures cheaper per
+//                             token than plain full-depth rounds), always or never
 
 #include <optional>
 

@@ -227,7 +227,8 @@ absl::Status RunGenerate(const GenerateOptions& options) {
     if (river) ESTUARY_LOG(INFO) << "exit river: " << river->stats.ToString();
     if (options.lossless) {
       ESTUARY_LOG(INFO) << "lossless: " << result.accepted_tokens << " of " << result.draft_tokens
-                        << " drafts accepted over " << result.verifications << " verifications";
+                        << " drafts accepted over " << result.verifications << " verifications, "
+                        << result.plain_rounds << " plain rounds";
     }
     return absl::OkStatus();
   }
@@ -248,6 +249,7 @@ absl::Status RunGenerate(const GenerateOptions& options) {
     out["draft_tokens"] = result.draft_tokens;
     out["accepted_tokens"] = result.accepted_tokens;
     out["verifications"] = result.verifications;
+    out["plain_rounds"] = result.plain_rounds;
     out["acceptance_rate"] = result.draft_tokens > 0 ? static_cast<double>(result.accepted_tokens) /
                                                            result.draft_tokens
                                                      : 0.0;

@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "core/common/request_inbox.h"
 #include "core/kvcache/kv_pool.h"
+#include "core/model/draft_payoff.h"
 #include "core/model/exit_policy.h"
 #include "core/model/lossless_round.h"
 #include "core/model/llama_model.h"
@@ -263,6 +264,7 @@ class DecodeEngine {
   const bool use_river_;
   DecodeEngineOptions options_;
   LosslessOptions lossless_;  // options_.lossless under options_.exit; the rounds refer to it
+  DraftPayoff payoff_;        // the lossless steps' timings, for Drafting::kAuto
   TokenSink sink_;
   std::shared_ptr<KvPool> pool_;  // runner_->pool()
   ExitStats stats_;

@@ -139,6 +139,7 @@ absl::StatusOr<EvalExitRow> LosslessRow(const LlamaModel& model, const River& ri
   lossless.policy = options.policy;
   lossless.policy.default_threshold = tau;
   lossless.draft_backbone_layers = cap;
+  lossless.drafting = LosslessOptions::Drafting::kAlways;  // the rows measure the drafts
   int64_t emitted = 0, matched = 0, drafts = 0, accepted = 0, verifications = 0;
   double draft_layers = 0, verified_layers = 0, full_seconds = 0, lossless_seconds = 0;
   for (const Continuation& c : continuations) {

@@ -72,6 +72,36 @@ DecodeEngineOptions EasyDrafts() {
   return options;
 }
 
+// Every golden case of `name` as a lossless request (ids "0", "1", ...) in one batch on a new
+// engine over `model`: checks each case's golden ids and returns the drafts and accepted
+// drafts of their final events.
+struct DraftCounts {
+  int64_t drafts = 0;
+  int64_t accepted = 0;
+};
+DraftCounts RunEveryCase(ShardedModel& model, const DecodeEngineOptions& options,
+                         const std::vector<GoldenCase>& cases, const std::string& label) {
+  Collector collector;
+  auto engine = DecodeEngine::Create(model, options, collector.Sink());
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return {};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_TRUE((*engine)
+                    ->Submit(Lossless(std::to_string(i), cases[i].prompt_ids,
+                                      static_cast<int>(cases[i].completion_ids.size())))
+                    .ok());
+  }
+  EXPECT_TRUE((*engine)->RunUntilIdle().ok());
+  DraftCounts counts;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string id = std::to_string(i);
+    EXPECT_EQ(collector.tokens[id], cases[i].completion_ids) << label << " case " << i;
+    counts.drafts += collector.final_events[id].draft_tokens;
+    counts.accepted += collector.final_events[id].accepted_tokens;
+  }
+  return counts;
+}
+
 // Every golden case of both models, all at once, at TP 1 and 2: the golden ids, with drafts
 // kept (so the river did the drafting) and the counts on the final events.
 TEST(LosslessEngineTest, GoldenIdsOfEveryCaseInOneBatchAtTp1AndTp2) {
@@ -81,26 +111,10 @@ TEST(LosslessEngineTest, GoldenIdsOfEveryCaseInOneBatchAtTp1AndTp2) {
     for (const int tp : {1, 2}) {
       std::unique_ptr<ShardedModel> model = LoadSharded(name, tp);
       ASSERT_NE(model, nullptr);
-      Collector collector;
-      auto engine = DecodeEngine::Create(*model, EasyDrafts(), collector.Sink());
-      ASSERT_TRUE(engine.ok()) << engine.status();
-      for (size_t i = 0; i < cases.size(); ++i) {
-        ASSERT_TRUE((*engine)
-                        ->Submit(Lossless(std::to_string(i), cases[i].prompt_ids,
-                                          static_cast<int>(cases[i].completion_ids.size())))
-                        .ok());
-      }
-      ASSERT_TRUE((*engine)->RunUntilIdle().ok());
-      int64_t drafts = 0, accepted = 0;
-      for (size_t i = 0; i < cases.size(); ++i) {
-        const std::string id = std::to_string(i);
-        EXPECT_EQ(collector.tokens[id], cases[i].completion_ids)
-            << name << " case " << i << " TP " << tp;
-        drafts += collector.final_events[id].draft_tokens;
-        accepted += collector.final_events[id].accepted_tokens;
-      }
-      EXPECT_GT(drafts, 0) << name;
-      EXPECT_GT(accepted, drafts / 2) << name << " TP " << tp;
+      const std::string label = name + " TP " + std::to_string(tp);
+      const DraftCounts counts = RunEveryCase(*model, EasyDrafts(), cases, label);
+      EXPECT_GT(counts.drafts, 0) << label;
+      EXPECT_GT(counts.accepted, counts.drafts / 2) << label;
     }
   }
 }
@@ -142,6 +156,19 @@ TEST(LosslessEngineTest, ARequestsOwnThresholdLiftsTheWorkersDraftDepth) {
   // The int4 drafts are not the full model's: some are rejected over every case.
   EXPECT_GT(river_drafts, 0);
   EXPECT_LT(river_accepted, river_drafts);
+}
+
+// The engine's plain rounds (drafting never) and its automatic choice: the golden ids of every
+// case in one batch; plain rounds draft nothing, the automatic choice drafts first.
+TEST(LosslessEngineTest, PlainAndAutomaticRoundsGiveTheGoldenIds) {
+  const std::vector<GoldenCase> cases = LoadGoldenCases("stories12L");
+  std::unique_ptr<ShardedModel> model = LoadSharded("stories12L", 1);
+  ASSERT_NE(model, nullptr);
+  DecodeEngineOptions options = EasyDrafts();
+  options.lossless.drafting = LosslessOptions::Drafting::kNever;
+  EXPECT_EQ(RunEveryCase(*model, options, cases, "never").drafts, 0);
+  options.lossless.drafting = LosslessOptions::Drafting::kAuto;
+  EXPECT_GT(RunEveryCase(*model, options, cases, "auto").drafts, 0);
 }
 
 // Every prompt of prompts.txt with 64 new tokens, through continuous batching (8 sequences at a

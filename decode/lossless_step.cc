@@ -3,7 +3,8 @@
 // batched into one forward pass per draft step and one per verification. The round writes its
 // positions into the sequence's own pages past its length; only verified KV is ever kept below
 // the length (the prefix cache registers prompt pages alone), and pages that end up holding no
-// kept position go back to the pool at once.
+// kept position go back to the pool at once. A step's rounds all draft or are all plain
+// (LosslessOptions::drafting; kAuto: the engine's DraftPayoff, fed each step's time and tokens).
 
 #include <algorithm>
 #include <vector>
@@ -51,11 +52,16 @@ int DecodeEngine::LosslessRoundPositions(const Sequence& s) const {
 absl::Status DecodeEngine::LosslessStep(std::vector<Sequence*>& batch) {
   const size_t vocab = static_cast<size_t>(runner_->config().vocab_size);
   const int max_seq_len = runner_->config().max_seq_len;
+  // One kind of round for the whole batch: its rounds share every forward pass.
+  const bool drafts = payoff_.NextRoundDrafts(lossless_.drafting);
+  const absl::Time start = absl::Now();
+  int64_t generated_before = 0;
   for (Sequence* s : batch) {
     LosslessAdapter owner(*this, *s);
     const int pending_pos = static_cast<int>(s->tokens.size()) - 1;
-    s->round->Begin(owner, std::min(s->request.max_tokens - s->generated,
-                                    max_seq_len - pending_pos));
+    s->round->Begin(owner, std::min(s->request.max_tokens - s->generated, max_seq_len - pending_pos),
+                    drafts);
+    generated_before += s->generated;
   }
   std::vector<float> logits;
   std::vector<EntryOutcome> outcomes;
@@ -101,11 +107,13 @@ absl::Status DecodeEngine::LosslessStep(std::vector<Sequence*>& batch) {
     LosslessAdapter owner(*this, *s);
     s->round->Accept(owner, absl::MakeSpan(logits).subspan(row * vocab, n * vocab));
     row += n;
+    generated_before -= s->generated;
     if (s->finished) continue;
     // Verified KV below the new pending token; the rest rolls back.
     s->kv.set_length(static_cast<int>(s->tokens.size()) - 1);
     s->kv.ReleaseBeyond(s->kv.length());
   }
+  payoff_.Record(lossless_.drafting, drafts, absl::Now() - start, -generated_before);
   return absl::OkStatus();
 }
 

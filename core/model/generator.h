@@ -46,6 +46,8 @@ struct GenerateResult {
   int64_t verified_layers = 0;
   // Lossless mode: backbone layers the drafts ran before their exits, summed over drafts.
   int64_t draft_backbone_layers = 0;
+  // Lossless mode: rounds without drafts (LosslessOptions::drafting), one full-depth token each.
+  int64_t plain_rounds = 0;
 };
 
 // Checks a whole request: its prompt (ValidatePromptIds), max_tokens >= 0 and the sampling

@@ -49,18 +49,23 @@ double SoftmaxProbability(absl::Span<const float> logits, int32_t id) {
 LosslessRound::LosslessRound(const LlamaConfig& config, const LosslessOptions& options)
     : config_(config), options_(options), draft_length_(options.max_draft_tokens) {}
 
-void LosslessRound::Begin(LosslessOwner& owner, int room) {
+void LosslessRound::Begin(LosslessOwner& owner, int room, bool drafts) {
   const int n_layers = config_.n_layers;
   pending_pos_ = static_cast<int>(owner.history().size()) - 1;
   room_ = std::max(1, room);
-  round_length_ = std::max(1, std::min(draft_length_, room_));
   drafts_.clear();
   draft_probs_.clear();
+  bonus_ = false;
+  if (!drafts) {
+    round_length_ = 0;
+    drafting_ = false;
+    return;
+  }
+  round_length_ = std::max(1, std::min(draft_length_, room_));
   draft_history_ = owner.history();
   layer_inputs_.assign(static_cast<size_t>(round_length_) * n_layers * config_.dim, 0.0f);
   resume_layer_ = n_layers - 1;
   drafting_ = true;
-  bonus_ = false;
 }
 
 BatchEntry LosslessRound::DraftEntry() {
@@ -103,6 +108,17 @@ std::vector<BatchEntry> LosslessRound::VerifyEntries(const LosslessOwner& owner)
   const int n_layers = config_.n_layers;
   const int64_t dim = config_.dim;
   const int n = n_drafts();
+  if (round_length_ == 0) {
+    // A plain round: its one row's token is the round's "bonus" (Accept).
+    bonus_ = true;
+    ++counts_.plain_rounds;
+    verify_tokens_.assign(1, owner.history().back());
+    BatchEntry plain;
+    plain.tokens = verify_tokens_;
+    plain.start_pos = pending_pos_;
+    plain.logits_every_token = true;
+    return {plain};
+  }
   bonus_ = n < room_ && !owner.Ends(drafts_.back());
   verify_tokens_.assign(1, owner.history().back());
   verify_tokens_.insert(verify_tokens_.end(), drafts_.begin(), drafts_.end() - 1);
@@ -162,7 +178,7 @@ void LosslessRound::Accept(LosslessOwner& owner, absl::Span<float> full_logits) 
     ++counts_.accepted_tokens;
     if (owner.Emit(std::move(token))) return;
   }
-  Adapt(/*all_accepted=*/true);
+  if (round_length_ > 0) Adapt(/*all_accepted=*/true);
   if (bonus_) {
     const absl::Span<float> row = full_logits.subspan(n_drafts() * vocab, vocab);
     owner.Emit(sampler.Sample(row, owner.history(), owner.generated()));

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "core/model/draft_payoff.h"
 #include "core/model/exit_policy.h"
 #include "core/model/forward_batch.h"
 #include "core/model/llama_config.h"
@@ -41,6 +42,11 @@ struct LosslessOptions {
   // logits at temperature 1 when greedy, the sampling distribution otherwise); 0: never.
   float min_draft_confidence = 0.2f;
   bool adapt_draft_length = true;
+  // Which rounds draft (draft_payoff.h); the rounds' owner decides each with a DraftPayoff
+  // that it feeds their times. The commands and the decode worker default to kAuto
+  // (--drafting); a plain round is the pending token through every backbone layer.
+  using Drafting = ::estuary::Drafting;
+  Drafting drafting = Drafting::kAlways;
   // How drafts are accepted. kSpeculative is the rule that keeps the full model's output.
   // kAcceptEveryDraft (emit the river's tokens as drafted) exists only as the negative control
   // of the distribution test: it must fail it.
@@ -73,6 +79,7 @@ struct LosslessCounts {
   int64_t verifications = 0;    // verification passes
   int64_t verified_layers = 0;  // backbone layers the passes ran (per pass, not per row)
   int64_t draft_backbone_layers = 0;  // backbone layers the drafts ran before their exits
+  int64_t plain_rounds = 0;           // rounds without drafts (one full-depth token each)
 };
 
 class LosslessRound {
@@ -81,8 +88,9 @@ class LosslessRound {
 
   // Starts a round at the owner's pending token, emitting at most `room` tokens (>= 1: what
   // max_tokens and the context leave). Positions it may write: written_positions() at most
-  // max_draft_tokens() + 1.
-  void Begin(LosslessOwner& owner, int room);
+  // max_draft_tokens() + 1. Without `drafts` the round is plain: no draft step, and its
+  // verification is the pending token through every layer, whose logits give one token.
+  void Begin(LosslessOwner& owner, int room, bool drafts = true);
   bool drafting() const { return drafting_; }
   // The next draft step's entry (the pending token, then each draft), saving its residual
   // stream at every layer. Valid until the next call on this round.

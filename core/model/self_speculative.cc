@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/common/status_macros.h"
+#include "core/model/draft_payoff.h"
 #include "core/model/kv_cache.h"
 
 namespace estuary {
@@ -53,10 +54,11 @@ class LosslessSequence final : public LosslessOwner {
   }
 
   // Starts a round: at most the tokens still wanted, within the context.
-  void BeginRound() {
+  void BeginRound(bool drafts) {
     const int pending_pos = static_cast<int>(history_.size()) - 1;
     round_.Begin(*this, std::min(request_.max_tokens - generated(),
-                                 config_.max_seq_len - pending_pos));
+                                 config_.max_seq_len - pending_pos),
+                 drafts);
   }
 
   void AfterVerify(absl::Span<float> full_logits) { round_.Accept(*this, full_logits); }
@@ -69,6 +71,7 @@ class LosslessSequence final : public LosslessOwner {
     result_.verifications = counts.verifications;
     result_.verified_layers = counts.verified_layers;
     result_.draft_backbone_layers = counts.draft_backbone_layers;
+    result_.plain_rounds = counts.plain_rounds;
     RecordDecodeTime(prefill_done, result_);
     return std::move(result_);
   }
@@ -142,7 +145,13 @@ class LosslessBatch {
         if (!s->done()) active.push_back(s);
       }
       if (active.empty()) break;
-      for (LosslessSequence* s : active) s->BeginRound();
+      const bool drafts = payoff_.NextRoundDrafts(options_.drafting);
+      const absl::Time round_start = absl::Now();
+      int64_t generated_before = 0;
+      for (LosslessSequence* s : active) {
+        s->BeginRound(drafts);
+        generated_before += s->generated();
+      }
       while (true) {
         std::vector<LosslessSequence*> drafting;
         entries.clear();
@@ -174,7 +183,9 @@ class LosslessBatch {
         const size_t n = static_cast<size_t>(s->round().verify_rows());
         s->AfterVerify(absl::MakeSpan(logits_).subspan(row * vocab, n * vocab));
         row += n;
+        generated_before -= s->generated();
       }
+      payoff_.Record(options_.drafting, drafts, absl::Now() - round_start, -generated_before);
     }
     std::vector<GenerateResult> results;
     for (LosslessSequence* s : all) results.push_back(s->TakeResult(start, prefill_done));
@@ -204,6 +215,7 @@ class LosslessBatch {
 
   ShardedModel& model_;
   const LosslessOptions& options_;
+  DraftPayoff payoff_;  // the rounds' timings, for Drafting::kAuto
   std::vector<float> logits_;
   std::vector<EntryOutcome> outcomes_;
 };

@@ -29,6 +29,9 @@
 // Dynamic draft length: drafting stops after a draft whose own probability under the river is
 // below min_draft_confidence, or that would end the sequence; with adapt_draft_length, k grows
 // by 2 after a fully accepted round and shrinks by 1 otherwise, within [1, max_draft_tokens].
+// Rounds without drafts (LosslessOptions::drafting): the pending token at full depth; with
+// Drafting::kAuto each call times its rounds and drafts while that is cheaper per token
+// (DraftPayoff, one for the call's batch).
 
 #include <cstdint>
 #include <vector>

@@ -194,6 +194,32 @@ TEST(SelfSpeculativeTest, DraftsRunAtMostTheirBackboneLayers) {
   }
 }
 
+// Plain rounds (no drafts: each the pending token through every layer) and the automatic
+// choice between them and drafting rounds give the golden ids too; plain rounds draft nothing
+// and emit one token each (the first token comes from the prefill), and the automatic choice
+// drafts first (it measures both kinds before choosing).
+TEST(SelfSpeculativeTest, PlainAndAutomaticRoundsGiveTheGoldenIds) {
+  for (const std::string& name : ::estuary::testing::GoldenModels()) {
+    Loaded loaded = LoadWithRiver(name, 1);
+    ASSERT_NE(loaded.model, nullptr);
+    for (const GoldenCase& golden : ::estuary::testing::LoadGoldenCases(name)) {
+      const int n = static_cast<int>(golden.completion_ids.size());
+      const GenerateRequest request = Greedy(golden.prompt_ids, n);
+      LosslessOptions plain;
+      plain.drafting = LosslessOptions::Drafting::kNever;
+      const GenerateResult p = RunLossless(*loaded.model, request, plain);
+      EXPECT_EQ(p.completion_ids, golden.completion_ids) << name << " plain";
+      EXPECT_EQ(p.draft_tokens, 0);
+      EXPECT_EQ(p.plain_rounds, n - 1) << name;
+      LosslessOptions automatic;
+      automatic.drafting = LosslessOptions::Drafting::kAuto;
+      const GenerateResult a = RunLossless(*loaded.model, request, automatic);
+      EXPECT_EQ(a.completion_ids, golden.completion_ids) << name << " auto";
+      if (n > 1) EXPECT_GT(a.draft_tokens, 0) << name;
+    }
+  }
+}
+
 TEST(SelfSpeculativeTest, EndsLikeFullDepthAtMaxTokensEosAndTheContext) {
   Loaded loaded = LoadWithRiver("stories260K", 1);
   ASSERT_NE(loaded.model, nullptr);

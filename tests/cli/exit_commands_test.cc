@@ -202,6 +202,14 @@ TEST(GenerateLosslessCommandTest, FullDepthIdsAtEveryDraftDepthAndItsFlagsChecke
     EXPECT_GT(out["draft_tokens"].get<int64_t>(), 0) << drafts.size();
     EXPECT_LE(out["accepted_tokens"].get<int64_t>(), out["draft_tokens"].get<int64_t>());
   }
+  // Plain rounds only: no drafts, one full-depth token a round (the first from the prefill).
+  std::vector<std::string> argv = base;
+  argv.insert(argv.end(), {"--river", "--exit-mode", "lossless", "--drafting", "never"});
+  const nlohmann::json plain = RunJson(argv);
+  EXPECT_EQ(plain["completion_ids"], full["completion_ids"]);
+  EXPECT_EQ(plain["draft_tokens"].get<int64_t>(), 0);
+  EXPECT_EQ(plain["plain_rounds"].get<int64_t>() + 1,
+            static_cast<int64_t>(full["completion_ids"].size()));
   struct Refused {
     std::vector<std::string> flags;
     std::string error;
@@ -212,7 +220,10 @@ TEST(GenerateLosslessCommandTest, FullDepthIdsAtEveryDraftDepthAndItsFlagsChecke
         Refused{{"--river", "--draft-backbone-layers", "2"},
                 "--draft-backbone-layers applies to --exit-mode lossless"},
         Refused{{"--river", "--exit-mode", "lossless", "--draft-backbone-layers", "13"},
-                "--draft-backbone-layers = 13 must be -1 (no cap) or in [0, 12]"}}) {
+                "--draft-backbone-layers = 13 must be -1 (no cap) or in [0, 12]"},
+        Refused{{"--river", "--drafting", "always"}, "--drafting applies to --exit-mode lossless"},
+        Refused{{"--river", "--exit-mode", "lossless", "--drafting", "sometimes"},
+                "--drafting=sometimes: use auto, always or never"}}) {
     std::vector<std::string> argv = base;
     argv.insert(argv.end(), bad.flags.begin(), bad.flags.end());
     auto result = RunProcess(argv);
