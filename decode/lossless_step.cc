@@ -55,13 +55,13 @@ absl::Status DecodeEngine::LosslessStep(std::vector<Sequence*>& batch) {
   // One kind of round for the whole batch: its rounds share every forward pass.
   const bool drafts = payoff_.NextRoundDrafts(lossless_.drafting);
   const absl::Time start = absl::Now();
-  int64_t generated_before = 0;
+  int64_t emitted = 0;  // tokens the step's rounds emit: generated after less before
   for (Sequence* s : batch) {
     LosslessAdapter owner(*this, *s);
     const int pending_pos = static_cast<int>(s->tokens.size()) - 1;
-    s->round->Begin(owner, std::min(s->request.max_tokens - s->generated, max_seq_len - pending_pos),
-                    drafts);
-    generated_before += s->generated;
+    const int room = std::min(s->request.max_tokens - s->generated, max_seq_len - pending_pos);
+    s->round->Begin(owner, room, drafts);
+    emitted -= s->generated;
   }
   std::vector<float> logits;
   std::vector<EntryOutcome> outcomes;
@@ -107,13 +107,13 @@ absl::Status DecodeEngine::LosslessStep(std::vector<Sequence*>& batch) {
     LosslessAdapter owner(*this, *s);
     s->round->Accept(owner, absl::MakeSpan(logits).subspan(row * vocab, n * vocab));
     row += n;
-    generated_before -= s->generated;
+    emitted += s->generated;
     if (s->finished) continue;
     // Verified KV below the new pending token; the rest rolls back.
     s->kv.set_length(static_cast<int>(s->tokens.size()) - 1);
     s->kv.ReleaseBeyond(s->kv.length());
   }
-  payoff_.Record(lossless_.drafting, drafts, absl::Now() - start, -generated_before);
+  payoff_.Record(lossless_.drafting, drafts, absl::Now() - start, emitted);
   return absl::OkStatus();
 }
 

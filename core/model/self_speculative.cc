@@ -147,10 +147,10 @@ class LosslessBatch {
       if (active.empty()) break;
       const bool drafts = payoff_.NextRoundDrafts(options_.drafting);
       const absl::Time round_start = absl::Now();
-      int64_t generated_before = 0;
+      int64_t emitted = 0;  // tokens the round emits: generated after less before
       for (LosslessSequence* s : active) {
         s->BeginRound(drafts);
-        generated_before += s->generated();
+        emitted -= s->generated();
       }
       while (true) {
         std::vector<LosslessSequence*> drafting;
@@ -183,9 +183,9 @@ class LosslessBatch {
         const size_t n = static_cast<size_t>(s->round().verify_rows());
         s->AfterVerify(absl::MakeSpan(logits_).subspan(row * vocab, n * vocab));
         row += n;
-        generated_before -= s->generated();
+        emitted += s->generated();
       }
-      payoff_.Record(options_.drafting, drafts, absl::Now() - round_start, -generated_before);
+      payoff_.Record(options_.drafting, drafts, absl::Now() - round_start, emitted);
     }
     std::vector<GenerateResult> results;
     for (LosslessSequence* s : all) results.push_back(s->TakeResult(start, prefill_done));
