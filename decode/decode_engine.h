@@ -173,6 +173,8 @@ class DecodeEngine {
   absl::Status RunUntilIdle(absl::Time deadline = absl::InfiniteFuture());
 
   const ExitStats& exit_stats() const { return stats_; }
+  // The lossless rounds' counts over every sequence so far (the worker's metrics).
+  const LosslessCounts& lossless_totals() const { return lossless_totals_; }
   const KvPool& pool() const { return *pool_; }
   KvPool& mutable_pool() { return *pool_; }
   int running() const { return static_cast<int>(running_.size()); }
@@ -265,6 +267,7 @@ class DecodeEngine {
   DecodeEngineOptions options_;
   LosslessOptions lossless_;  // options_.lossless under options_.exit; the rounds refer to it
   DraftPayoff payoff_;        // the lossless steps' timings, for Drafting::kAuto
+  LosslessCounts lossless_totals_;
   TokenSink sink_;
   std::shared_ptr<KvPool> pool_;  // runner_->pool()
   ExitStats stats_;

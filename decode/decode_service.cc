@@ -55,6 +55,22 @@ struct DecodeMetrics {
       LayerBounds());
   common::Gauge& exit_rate = r.GetGauge(
       "estuary:exit_rate", "Share of generated tokens that left the backbone early.");
+  // The lossless mode (issue 16), mirrored from the engine's totals.
+  void SetLossless(const LosslessCounts& totals) {
+    draft_tokens.AdvanceTo(static_cast<double>(totals.draft_tokens));
+    accepted_tokens.AdvanceTo(static_cast<double>(totals.accepted_tokens));
+    verifications.AdvanceTo(static_cast<double>(totals.verifications));
+    plain_rounds.AdvanceTo(static_cast<double>(totals.plain_rounds));
+  }
+  common::Counter& draft_tokens = r.GetCounter(
+      "estuary:lossless_draft_tokens_total", "Drafts the lossless mode's verifications checked.");
+  common::Counter& accepted_tokens = r.GetCounter(
+      "estuary:lossless_accepted_tokens_total", "Of those, drafts the full model agreed with.");
+  common::Counter& verifications =
+      r.GetCounter("estuary:lossless_verifications_total", "Lossless verification passes.");
+  common::Counter& plain_rounds = r.GetCounter(
+      "estuary:lossless_plain_rounds_total",
+      "Lossless rounds without drafts (one full-depth token each; --drafting).");
 };
 
 DecodeRequest FromProto(const estuary::v1::WorkerRequest& proto, bool default_lossless) {
@@ -153,6 +169,7 @@ absl::Status DecodeService::StepOnce() {
   worker::EngineMetrics::Get().UpdateScheduler(engine_->running(), engine_->waiting(),
                                                engine_->preemptions());
   metrics.exit_rate.Set(load.exit_rate());
+  metrics.SetLossless(engine_->lossless_totals());
   metrics.SetPool(engine_->pool(), engine_->reserved(), engine_->fenced());
   const std::vector<int64_t>& layers = engine_->exit_stats().histogram();
   reported_layers_.resize(layers.size(), 0);

@@ -56,7 +56,9 @@ absl::Status DecodeEngine::LosslessStep(std::vector<Sequence*>& batch) {
   const bool drafts = payoff_.NextRoundDrafts(lossless_.drafting);
   const absl::Time start = absl::Now();
   int64_t emitted = 0;  // tokens the step's rounds emit: generated after less before
+  std::vector<LosslessCounts> before;
   for (Sequence* s : batch) {
+    before.push_back(s->round->counts());
     LosslessAdapter owner(*this, *s);
     const int pending_pos = static_cast<int>(s->tokens.size()) - 1;
     const int room = std::min(s->request.max_tokens - s->generated, max_seq_len - pending_pos);
@@ -102,12 +104,14 @@ absl::Status DecodeEngine::LosslessStep(std::vector<Sequence*>& batch) {
   ESTUARY_RETURN_IF_ERROR(
       ForwardOrFail(owners, entries, StepKind::kVerify, rows, batch, logits, outcomes));
   size_t row = 0;
-  for (Sequence* s : batch) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Sequence* s = batch[i];
     const size_t n = static_cast<size_t>(s->round->verify_rows());
     LosslessAdapter owner(*this, *s);
     s->round->Accept(owner, absl::MakeSpan(logits).subspan(row * vocab, n * vocab));
     row += n;
     emitted += s->generated;
+    lossless_totals_.AddSince(s->round->counts(), before[i]);
     if (s->finished) continue;
     // Verified KV below the new pending token; the rest rolls back.
     s->kv.set_length(static_cast<int>(s->tokens.size()) - 1);

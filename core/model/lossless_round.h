@@ -80,6 +80,16 @@ struct LosslessCounts {
   int64_t verified_layers = 0;  // backbone layers the passes ran (per pass, not per row)
   int64_t draft_backbone_layers = 0;  // backbone layers the drafts ran before their exits
   int64_t plain_rounds = 0;           // rounds without drafts (one full-depth token each)
+
+  // Adds what `now` counted beyond `before` (the same round's counts, earlier).
+  void AddSince(const LosslessCounts& now, const LosslessCounts& before) {
+    draft_tokens += now.draft_tokens - before.draft_tokens;
+    accepted_tokens += now.accepted_tokens - before.accepted_tokens;
+    verifications += now.verifications - before.verifications;
+    verified_layers += now.verified_layers - before.verified_layers;
+    draft_backbone_layers += now.draft_backbone_layers - before.draft_backbone_layers;
+    plain_rounds += now.plain_rounds - before.plain_rounds;
+  }
 };
 
 class LosslessRound {

@@ -2,11 +2,17 @@
 // worker with the river, the mode chosen per request (exit.mode) or by the decode worker's
 // --exit-mode default; greedy output is the golden ids, and the usage counts the drafts.
 
+#include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "estuary/v1/inference.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "tests/e2e/cluster.h"
 #include "tests/testing/golden_cases.h"
 #include "tests/testing/subprocess.h"
@@ -17,13 +23,31 @@ namespace {
 namespace t = ::estuary::testing;
 using t::GoldenCase;
 
+// The value of the first series named `name` in the Prometheus text at `address`/metrics; -1
+// when absent or unreadable.
+double Metric(const std::string& address, const std::string& name) {
+  httplib::Client http("http://" + address);
+  const auto response = http.Get("/metrics");
+  if (!response || response->status != 200) return -1;
+  std::istringstream lines(response->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (!absl::StartsWith(line, name) || line.size() <= name.size() ||
+        (line[name.size()] != ' ' && line[name.size()] != '{')) {
+      continue;
+    }
+    return std::strtod(line.substr(line.rfind(' ') + 1).c_str(), nullptr);
+  }
+  return -1;
+}
+
 // Lossless on request at TP 1, and as the worker's default at TP 2: the golden ids, with drafts
 // verified and most of them kept; a lossy request on the same worker drafts nothing.
 TEST(LosslessClusterTest, GoldenIdsPerRequestAndAsTheWorkersDefault) {
   for (const int tp_decode : {1, 2}) {
     t::ClusterSpec spec = t::Spec("stories12L", 1, 1, 1, tp_decode);
     // Every round drafts (the default, auto, may settle on plain rounds for this small model).
-    spec.decode_flags = {"--river", "--exit-threshold", "0.8", "--drafting", "always"};
+    spec.decode_flags = {"--river", "--exit-threshold", "0.8", "--drafting", "always",
+                         "--metrics-port", "0"};
     if (tp_decode == 2) spec.decode_flags.insert(spec.decode_flags.end(), {"--exit-mode", "lossless"});
     t::Cluster cluster(spec);
     int64_t drafts = 0, accepted = 0;
@@ -42,6 +66,19 @@ TEST(LosslessClusterTest, GoldenIdsPerRequestAndAsTheWorkersDefault) {
       accepted += usage.accepted_tokens();
     }
     EXPECT_GT(accepted, drafts * 8 / 10) << "TP " << tp_decode;
+    // The worker's metrics count the same drafts (they follow the engine's steps: polled).
+    const std::string metrics = t::LoggedAddress(cluster.decode(0), "metrics on http://");
+    ASSERT_FALSE(metrics.empty()) << cluster.Logs();
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (Metric(metrics, "estuary:lossless_draft_tokens_total") != static_cast<double>(drafts) &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    EXPECT_EQ(Metric(metrics, "estuary:lossless_draft_tokens_total"), static_cast<double>(drafts));
+    EXPECT_EQ(Metric(metrics, "estuary:lossless_accepted_tokens_total"),
+              static_cast<double>(accepted));
+    EXPECT_GT(Metric(metrics, "estuary:lossless_verifications_total"), 0.0);
+    EXPECT_EQ(Metric(metrics, "estuary:lossless_plain_rounds_total"), 0.0);  // drafting always
 
     const GoldenCase c = t::LoadGoldenCases(spec.model).at(0);
     estuary::v1::GenerateRequest lossy = cluster.Greedy(c.prompt_ids, 32);
