@@ -19,7 +19,6 @@ ABSL_FLAG(int, draft_backbone_layers, 0,
           "off earlier); 0 = the whole draft on the river (the cheapest), -1 = no cap. The "
           "output is the full model's whatever the depth: it trades a draft's cost for its "
           "acceptance");
-
 ABSL_FLAG(std::string, drafting, "auto",
           "lossless: auto (rounds draft while drafting measures cheaper per token than plain "
           "full-depth rounds, both timed as they run and the other kind probed every 256 "
@@ -31,7 +30,8 @@ namespace {
 
 // The first lossless-only flag set on the command line, as the user spells it; empty if none.
 std::string SetDraftFlag() {
-  for (const char* name : {"draft_tokens", "min_draft_confidence", "draft_backbone_layers", "drafting"}) {
+  for (const char* name :
+       {"draft_tokens", "min_draft_confidence", "draft_backbone_layers", "drafting"}) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
       return absl::StrCat("--", absl::StrReplaceAll(name, {{"_", "-"}}));

@@ -1,6 +1,7 @@
 // The lossless exit mode through the cluster (issue 16): router -> prefill -> UCX -> decode
 // worker with the river, the mode chosen per request (exit.mode) or by the decode worker's
-// --exit-mode default; greedy output is the golden ids, and the usage counts the drafts.
+// --exit-mode default; greedy output is the golden ids, and the usage and the decode worker's
+// metrics count the drafts.
 
 #include <cstdlib>
 #include <sstream>
